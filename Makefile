@@ -1,0 +1,59 @@
+# radixlab: two commands do everything on a fresh machine.
+#   make lab    set up, then open the course in JupyterLab
+#   make test   set up, then run unit tests, property tests, strict nbval and the exercise checks
+# GPU users: set TORCH_SPEC (see README) before the first `make` to get a CUDA build of torch.
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+TORCH_SPEC  ?= torch==2.13.0
+STAMP       := $(VENV)/.radixlab-installed
+NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+PYTEST_NBVAL = --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
+
+.PHONY: lab test test-unit test-notebooks test-browser setup graphviz execute-notebooks student doctor clean
+
+setup: $(STAMP) graphviz
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	@# Pin the torch install path first: a loose 'torch' requirement could pull a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[lab,test,browser]"
+	@touch $(STAMP)
+
+graphviz:
+	@if command -v dot >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Graphviz (dot) with apt-get..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; \
+	else \
+		echo "NOTE: Graphviz 'dot' is missing: trees will be drawn as text."; \
+		echo "      Install it with 'sudo apt-get install graphviz', 'brew install graphviz' or 'conda install -c conda-forge graphviz'."; \
+	fi
+
+lab: setup
+	$(PY) -m jupyter lab notebooks/
+
+test: setup
+	$(PY) -m pytest $(PYTEST_NBVAL) tests $(NOTEBOOKS)
+
+test-unit: setup
+	$(PY) -m pytest tests
+
+test-notebooks: setup
+	$(PY) -m pytest $(PYTEST_NBVAL) $(NOTEBOOKS)
+
+# For authors: re-execute the stored notebooks in place after editing them.
+execute-notebooks: setup
+	$(PY) -m radixlab.course.execute $(NOTEBOOKS)
+
+student: setup
+	$(PY) -m radixlab student notebooks -o build/student
+
+doctor: setup
+	$(PY) -m radixlab doctor
+
+clean:
+	rm -rf build .pytest_cache .hypothesis

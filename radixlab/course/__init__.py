@@ -1,0 +1,1 @@
+"""Exercises, checks, student editions and grading for the course notebooks."""

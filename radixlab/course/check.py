@@ -1,0 +1,124 @@
+"""The exercise-check framework: run cases against a student's object, print a friendly verdict.
+
+Every check cell in a notebook calls a ``check_*`` function that builds a list of ``Case``s (the
+seed's asserts, visible in the notebook, plus hidden edge cases that live only here) and hands them
+to ``run_check``. The returned ``CheckResult`` *is* the verdict: its text form is what the cell
+shows, and every result is also recorded in ``RESULTS`` so the grader can collect scores.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+RESULTS: list["CheckResult"] = []
+"""Every verdict produced in this process, in order (the grader reads it)."""
+
+
+@dataclass
+class Case:
+    """One test case: ``fn()`` raises AssertionError (or anything) when the answer is wrong."""
+
+    name: str
+    fn: Callable[[], Any]
+    points: float = 1.0
+    hidden: bool = False  # hidden cases are not shown in the notebook, only counted
+
+
+@dataclass
+class CaseOutcome:
+    name: str
+    passed: bool
+    points: float
+    earned: float
+    hidden: bool
+    message: str = ""
+
+
+@dataclass
+class CheckResult:
+    """Verdict of one exercise check; ``repr`` is the friendly text shown under the check cell."""
+
+    exercise: str
+    title: str
+    outcomes: list[CaseOutcome] = field(default_factory=list)
+    not_done: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return not self.not_done and all(o.passed for o in self.outcomes)
+
+    @property
+    def score(self) -> float:
+        return sum(o.earned for o in self.outcomes)
+
+    @property
+    def max_score(self) -> float:
+        return sum(o.points for o in self.outcomes)
+
+    def to_dict(self) -> dict:
+        return {"exercise": self.exercise, "title": self.title, "passed": self.passed,
+                "not_done": self.not_done, "score": self.score, "max_score": self.max_score,
+                "cases": [o.__dict__ for o in self.outcomes]}
+
+    def __repr__(self) -> str:
+        head = f"Exercise {self.exercise} ({self.title})"
+        if self.not_done:
+            return (f"⏳ {head}: not done yet. Replace the `raise NotImplementedError` under "
+                    f"'# YOUR CODE HERE' with your code, run that cell, then run this check again.")
+        if self.passed:
+            n_hidden = sum(o.hidden for o in self.outcomes)
+            return (f"✅ {head}: all {len(self.outcomes)} checks passed "
+                    f"({n_hidden} of them hidden edge cases). Score {self.score:g}/{self.max_score:g}.")
+        lines = [f"❌ {head}: {sum(not o.passed for o in self.outcomes)} of {len(self.outcomes)} checks "
+                 f"failed. Score {self.score:g}/{self.max_score:g}."]
+        for o in self.outcomes:
+            if not o.passed:
+                label = "hidden case" if o.hidden else "case"
+                lines.append(f"   ✗ {label} '{o.name}': {o.message}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+
+def run_check(exercise: str, title: str, cases: list[Case], record: bool = True) -> CheckResult:
+    """Run ``cases`` and build the verdict. A NotImplementedError anywhere means "not done yet"."""
+    result = CheckResult(exercise, title)
+    for case in cases:
+        try:
+            case.fn()
+        except NotImplementedError:
+            result.not_done = True
+            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden, "not implemented"))
+        except AssertionError as exc:
+            msg = str(exc) or "assertion failed"
+            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden, msg))
+        except Exception as exc:  # a crash in student code is a failed case, not a crash of the check
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            where = f" (line {frame.lineno})" if frame else ""
+            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden,
+                                               f"raised {type(exc).__name__}: {exc}{where}"))
+        else:
+            result.outcomes.append(CaseOutcome(case.name, True, case.points, case.points, case.hidden))
+    if record:
+        RESULTS.append(result)
+    return result
+
+
+def expect_equal(got: Any, want: Any, what: str) -> None:
+    """Assert with a message a student can act on."""
+    if got != want:
+        raise AssertionError(f"{what}: expected {want!r}, got {got!r}")
+
+
+def expect_raises(exc_type: type[BaseException], fn: Callable[[], Any], what: str) -> None:
+    try:
+        fn()
+    except exc_type:
+        return
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        raise AssertionError(f"{what}: expected {exc_type.__name__}, got {type(exc).__name__}: {exc}") from None
+    raise AssertionError(f"{what}: expected {exc_type.__name__}, but nothing was raised")

@@ -1,0 +1,59 @@
+"""``python -m radixlab doctor``: what a student pastes into a help request."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import shutil
+import subprocess
+import sys
+
+
+def _version(module: str) -> str:
+    try:
+        return getattr(importlib.import_module(module), "__version__", "installed")
+    except Exception:
+        return "not installed"
+
+
+def report() -> list[tuple[str, str]]:
+    """(item, finding) pairs: Python, torch, device, Graphviz, Jupyter and widgets."""
+    import torch
+
+    from . import __version__
+    from .device import default_device
+
+    rows = [("radixlab", __version__),
+            ("python", f"{platform.python_version()} ({sys.executable})"),
+            ("platform", platform.platform()),
+            ("torch", torch.__version__)]
+    if torch.cuda.is_available():
+        rows.append(("cuda", f"{torch.version.cuda}, {torch.cuda.get_device_name(0)}"))
+    else:
+        rows.append(("cuda", "not available (the course runs on the CPU)"))
+    try:
+        rows.append(("default device", str(default_device())))
+    except ValueError as exc:
+        rows.append(("default device", f"error: {exc}"))
+    dot = shutil.which("dot")
+    if dot:
+        try:
+            out = subprocess.run([dot, "-V"], capture_output=True, text=True, timeout=10)
+            rows.append(("graphviz dot", (out.stderr or out.stdout).strip() + f" ({dot})"))
+        except Exception as exc:  # pragma: no cover - broken install
+            rows.append(("graphviz dot", f"found at {dot} but failed: {exc}"))
+    else:
+        rows.append(("graphviz dot", "missing: trees are drawn as text (apt-get install graphviz)"))
+    rows.append(("graphviz (python)", _version("graphviz")))
+    for name in ("jupyterlab", "ipywidgets", "jupyterlab_widgets", "ipykernel", "nbval", "matplotlib"):
+        rows.append((name, _version(name)))
+    return rows
+
+
+def main() -> int:
+    rows = report()
+    width = max(len(k) for k, _ in rows)
+    print("radixlab doctor")
+    for k, v in rows:
+        print(f"  {k.ljust(width)}  {v}")
+    return 0

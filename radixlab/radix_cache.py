@@ -1,0 +1,554 @@
+"""The SGLang-style radix cache: RadixKey, TreeNode and RadixCache.
+
+Mirrors ``sglang/srt/mem_cache/radix_cache.py``: a radix tree whose nodes map a run of tokens
+(``key``) to the KV-pool slot indices that hold their K/V (``value``, an int64 tensor with one
+slot per token). Children are keyed by the first token (or first page) *and* the ``extra_key``,
+so two namespaces never share a node. Notebooks: 01_radix_tree (shape), 03_hash_vs_radix,
+04_pages_and_namespaces (pages, extra_key, bigrams), 05_locks_and_eviction (locks, evict).
+
+Choices that differ from SGLang, on purpose:
+* ``last_access_time`` is a logical clock (one tick per match/insert), not ``time.monotonic()``,
+  so eviction order and every drawing are reproducible in a notebook.
+* node ids count from 1 per cache (``reset()`` restarts them) so graphviz ids are deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from numbers import Integral
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence
+
+import torch
+
+# ---------------------------------------------------------------------------------------------
+# RadixKey
+# ---------------------------------------------------------------------------------------------
+
+
+def _as_token_tuple(token_ids: Any, name: str = "token_ids") -> tuple[int, ...]:
+    """Validate and normalise token ids to a tuple of Python ints."""
+    if isinstance(token_ids, torch.Tensor):
+        if token_ids.dtype.is_floating_point or token_ids.dtype == torch.bool or token_ids.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor, got {token_ids.dtype} with shape {tuple(token_ids.shape)}")
+        return tuple(token_ids.tolist())
+    if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
+        raise TypeError(f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}")
+    out = tuple(token_ids)
+    for t in out:
+        if isinstance(t, bool) or not isinstance(t, Integral):
+            raise TypeError(f"{name} must hold integer token ids, got {t!r} ({type(t).__name__})")
+    return tuple(int(t) for t in out)
+
+
+def common_prefix_len(a: Sequence, b: Sequence) -> int:
+    """Length of the common prefix of two tuples, found with C-level slice compares.
+
+    A per-token Python loop costs ~50 ns a token; comparing halving windows costs a few memcmp-like
+    calls, which is what makes a 32k-token match cheap (``python -m radixlab bench lookup``).
+    """
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class RadixKey:
+    """A token sequence plus the namespace it lives in.
+
+    ``extra_key`` (a LoRA id, a cache salt, a multimodal hash...) is part of the key: equal tokens
+    under different extra keys are different keys. ``is_bigram=True`` gives EAGLE's view, where the
+    units are overlapping token pairs ``(t[i], t[i+1])``: N raw tokens make N-1 units.
+    """
+
+    __slots__ = ("token_ids", "extra_key", "is_bigram", "_units")
+
+    def __init__(self, token_ids: Any, extra_key: Hashable | None = None, is_bigram: bool = False) -> None:
+        if extra_key is not None and not isinstance(extra_key, Hashable):
+            raise TypeError(f"extra_key must be hashable (a str, usually), got {type(extra_key).__name__}")
+        self.token_ids: tuple[int, ...] = _as_token_tuple(token_ids)
+        self.extra_key = extra_key
+        self.is_bigram = bool(is_bigram)
+        t = self.token_ids
+        self._units: tuple = tuple(zip(t, t[1:])) if self.is_bigram else t
+
+    @property
+    def units(self) -> tuple:
+        """What the tree matches on: tokens, or token pairs in the bigram view."""
+        return self._units
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def __iter__(self) -> Iterator:
+        return iter(self._units)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, RadixKey) and self.token_ids == other.token_ids
+                and self.extra_key == other.extra_key and self.is_bigram == other.is_bigram)
+
+    def __hash__(self) -> int:
+        return hash((self.token_ids, self.extra_key, self.is_bigram))
+
+    def __getitem__(self, idx: slice) -> RadixKey:
+        if not isinstance(idx, slice):
+            raise TypeError("RadixKey supports slicing only, e.g. key[:4]")
+        start, stop, step = idx.indices(len(self))
+        if step != 1:
+            raise ValueError(f"RadixKey slice step must be 1, got {step}")
+        stop = max(start, stop)
+        if self.is_bigram:
+            # units [start, stop) span raw tokens [start, stop + 1)
+            raw = self.token_ids[start:stop + 1] if stop > start else ()
+        else:
+            raw = self.token_ids[start:stop]
+        return RadixKey._make(raw, self.extra_key, self.is_bigram, self._units[start:stop])
+
+    @classmethod
+    def _make(cls, raw: tuple, extra_key: Hashable | None, is_bigram: bool, units: tuple) -> RadixKey:
+        # Fast internal constructor: inputs are already validated.
+        key = cls.__new__(cls)
+        key.token_ids, key.extra_key, key.is_bigram, key._units = raw, extra_key, is_bigram, units
+        return key
+
+    def __repr__(self) -> str:
+        ids = list(self.token_ids[:8])
+        more = ", ..." if len(self.token_ids) > 8 else ""
+        extra = f", extra_key={self.extra_key!r}" if self.extra_key is not None else ""
+        big = ", is_bigram=True" if self.is_bigram else ""
+        return f"RadixKey({str(ids)[:-1]}{more}]{extra}{big})"
+
+    def page_aligned(self, page_size: int) -> RadixKey:
+        """The longest prefix whose length is a multiple of ``page_size``."""
+        return self if page_size == 1 else self[: len(self) // page_size * page_size]
+
+    def to_bigram(self) -> RadixKey:
+        """The EAGLE bigram view of the same tokens."""
+        return self if self.is_bigram else RadixKey(self.token_ids, self.extra_key, is_bigram=True)
+
+    def child_key(self, page_size: int = 1) -> tuple:
+        """Dict key for a child edge starting with this key: (namespace, first unit or page)."""
+        first = self._units[0] if page_size == 1 else self._units[:page_size]
+        return (self.extra_key, first)
+
+    def match(self, other: RadixKey, page_size: int = 1) -> int:
+        """Units shared at the start of both keys, rounded down to whole pages."""
+        if self.extra_key != other.extra_key:
+            raise ValueError(f"cannot match keys from different namespaces: extra_key "
+                             f"{self.extra_key!r} != {other.extra_key!r}")
+        if self.is_bigram != other.is_bigram:
+            raise ValueError("cannot match a bigram key against a token key")
+        n = common_prefix_len(self._units, other._units)
+        return n if page_size == 1 else n // page_size * page_size
+
+
+# ---------------------------------------------------------------------------------------------
+# TreeNode and MatchResult
+# ---------------------------------------------------------------------------------------------
+
+
+class TreeNode:
+    """A radix-tree node: ``key`` (RadixKey) → ``value`` (int64 slot indices, one per unit)."""
+
+    __slots__ = ("id", "key", "value", "children", "parent", "lock_ref", "last_access_time",
+                 "creation_time", "hit_count", "priority")
+
+    def __init__(self, node_id: int, key: RadixKey, value: torch.Tensor | None,
+                 parent: TreeNode | None, now: int, priority: int = 0) -> None:
+        self.id = node_id
+        self.key = key
+        self.value = value
+        self.children: dict[tuple, TreeNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access_time = now
+        self.creation_time = now
+        self.hit_count = 0
+        self.priority = priority
+
+    @property
+    def evicted(self) -> bool:
+        return self.value is None
+
+    def __lt__(self, other: TreeNode) -> bool:  # heap tie-break: older node first
+        return self.id < other.id
+
+    def __repr__(self) -> str:
+        return (f"TreeNode(id={self.id}, key={self.key!r}, lock_ref={self.lock_ref}, "
+                f"last_access_time={self.last_access_time})")
+
+
+@dataclass
+class MatchResult:
+    """What ``match_prefix`` returns: the cached slot indices and the node where the match ends."""
+
+    device_indices: torch.Tensor
+    last_node: TreeNode
+
+    @property
+    def last_device_node(self) -> TreeNode:  # SGLang's field name
+        return self.last_node
+
+    def __len__(self) -> int:
+        return len(self.device_indices)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eviction policies (pluggable: any callable node -> sort key; smallest is evicted first)
+# ---------------------------------------------------------------------------------------------
+
+EVICTION_POLICIES: dict[str, Callable[[TreeNode], Any]] = {
+    "lru": lambda n: n.last_access_time,
+    "lfu": lambda n: (n.hit_count, n.last_access_time),
+    "fifo": lambda n: n.creation_time,
+    "mru": lambda n: -n.last_access_time,
+    "filo": lambda n: -n.creation_time,
+    "priority": lambda n: (n.priority, n.last_access_time),
+}
+
+
+def _resolve_policy(policy: str | Callable[[TreeNode], Any]) -> Callable[[TreeNode], Any]:
+    if callable(policy):
+        return policy
+    if not isinstance(policy, str) or policy.lower() not in EVICTION_POLICIES:
+        raise ValueError(f"eviction_policy must be one of {sorted(EVICTION_POLICIES)} or a callable, got {policy!r}")
+    return EVICTION_POLICIES[policy.lower()]
+
+
+# ---------------------------------------------------------------------------------------------
+# RadixCache
+# ---------------------------------------------------------------------------------------------
+
+
+class RadixCache:
+    """A prefix cache over KV slot indices, with SGLang's method names.
+
+    ``token_to_kv_pool_allocator`` (optional) receives the slots that ``evict`` frees;
+    ``req_to_token_pool`` is used by ``cache_finished_req``/``cache_unfinished_req``.
+    """
+
+    def __init__(self, page_size: int = 1, *, token_to_kv_pool_allocator: Any = None,
+                 req_to_token_pool: Any = None, eviction_policy: str | Callable = "lru",
+                 is_eagle: bool = False, device: str | torch.device = "cpu") -> None:
+        if isinstance(page_size, bool) or not isinstance(page_size, Integral):
+            raise TypeError(f"page_size must be an int, got {type(page_size).__name__}")
+        if page_size <= 0:
+            raise ValueError(f"page_size must be positive, got {page_size}")
+        self.page_size = int(page_size)
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.eviction_policy = eviction_policy
+        self._priority_fn = _resolve_policy(eviction_policy)
+        self.is_eagle = bool(is_eagle)
+        self.device = torch.device(device)
+        self.reset()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Drop every node (slots are *not* returned to an allocator: use ``evict`` for that)."""
+        self._next_id = 0
+        self._clock = 0
+        self.root_node = self._new_node(RadixKey(()), torch.empty(0, dtype=torch.int64), None)
+        self.root_node.lock_ref = 1  # the root is never evictable
+        self.evictable_size_ = 0
+        self.protected_size_ = 0
+
+    def match_prefix(self, key: RadixKey | Sequence[int]) -> MatchResult:
+        """Longest cached, page-aligned prefix of ``key`` in its namespace.
+
+        Like SGLang, a match that ends inside an edge splits that edge so that ``last_node`` is
+        exactly where the match ends (the node a request then locks). Touched nodes get a fresh
+        ``last_access_time``.
+        """
+        key = self._prepare_key(key, "key")
+        key = key.page_aligned(self.page_size)
+        if len(key) == 0:
+            return MatchResult(self._empty(), self.root_node)
+        values, last_node = self._match_prefix_helper(self.root_node, key)
+        return MatchResult(torch.cat(values) if values else self._empty(), last_node)
+
+    def insert(self, key: RadixKey | Sequence[int], value: torch.Tensor | Sequence[int] | None = None,
+               priority: int = 0) -> int:
+        """Insert ``key`` → ``value``; returns how many leading units were already cached.
+
+        Only whole pages are stored. When ``value`` is None the token ids themselves are used as
+        stand-in slot indices (SGLang's simulation fallback). The caller still owns the slots of
+        the first ``prefix_len`` units: the tree kept its own copies (see ``cache_finished_req``).
+        """
+        prefix_len, _ = self._insert(key, value, priority)
+        return prefix_len
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Lock ``node`` and its ancestors against eviction; returns the change in evictable size."""
+        self._check_in_tree(node, "node")
+        delta = 0
+        while node is not self.root_node:
+            if node.lock_ref == 0:
+                self.evictable_size_ -= len(node.key)
+                self.protected_size_ += len(node.key)
+                delta -= len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+        return delta
+
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Undo one ``inc_lock_ref(node)``; returns the change in evictable size."""
+        self._check_in_tree(node, "node")
+        walk = node
+        while walk is not self.root_node:  # check the whole path before changing anything
+            if walk.lock_ref <= 0:
+                raise ValueError(f"dec_lock_ref on node {walk.id} whose lock_ref is already 0 "
+                                 "(unlocking a node that is not locked)")
+            walk = walk.parent
+        delta = 0
+        while node is not self.root_node:
+            if node.lock_ref == 1:
+                self.evictable_size_ += len(node.key)
+                self.protected_size_ -= len(node.key)
+                delta += len(node.key)
+            node.lock_ref -= 1
+            node = node.parent
+        return delta
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` cached tokens from unlocked leaves; returns tokens evicted.
+
+        Heap eviction as in lesson 4 (and SGLang): gather every unlocked leaf, heapify by the
+        policy key, pop the smallest, free its slots, delete it, and push its parent if that just
+        became an unlocked leaf. Stops when enough is freed or nothing is evictable.
+        """
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, Integral):
+            raise TypeError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+        # 1. Every unlocked leaf is a candidate, keyed by the eviction policy (lru: oldest first).
+        heap = [(self._priority_fn(n), n) for n in self.evictable_leaves()]
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < num_tokens and heap:
+            # 2. Pop the leaf the policy likes least.
+            _, node = heapq.heappop(heap)
+            # 3. Give its slots back to the allocator and cut it out of the tree.
+            if self.token_to_kv_pool_allocator is not None:
+                self.token_to_kv_pool_allocator.free(node.value)
+            evicted += len(node.key)
+            self._delete_leaf(node)
+            # 4. The parent may have just become an unlocked leaf: it joins the heap.
+            parent = node.parent
+            if parent is not self.root_node and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(heap, (self._priority_fn(parent), parent))
+        return evicted
+
+    def evictable_size(self) -> int:
+        """Cached tokens no live request holds a lock on."""
+        return self.evictable_size_
+
+    def protected_size(self) -> int:
+        """Cached tokens locked by at least one live request."""
+        return self.protected_size_
+
+    def total_size(self) -> int:
+        """Cached units over all nodes."""
+        return sum(len(n.key) for n in self.nodes())
+
+    def evictable_leaves(self) -> list[TreeNode]:
+        """Leaves with ``lock_ref == 0``: what ``evict`` may take next."""
+        return [n for n in self.nodes() if not n.children and n.lock_ref == 0]
+
+    def nodes(self) -> Iterator[TreeNode]:
+        """Every node below the root, depth first, children in insertion order."""
+        stack = list(reversed(self.root_node.children.values()))
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children.values()))
+
+    def num_nodes(self) -> int:
+        return sum(1 for _ in self.nodes())
+
+    def format(self, max_tokens: int = 8) -> str:
+        """A stable text form of the tree (what notebooks compare; the SVG is for people)."""
+        lines = [f"root  (#tokens={self.total_size()}, evictable={self.evictable_size_}, "
+                 f"protected={self.protected_size_})"]
+
+        def walk(node: TreeNode, prefix: str) -> None:
+            kids = list(node.children.values())
+            for i, child in enumerate(kids):
+                last = i == len(kids) - 1
+                lines.append(prefix + ("└─ " if last else "├─ ") + describe_node(child, max_tokens))
+                walk(child, prefix + ("   " if last else "│  "))
+
+        walk(self.root_node, "")
+        return "\n".join(lines)
+
+    def pretty_print(self) -> None:
+        print(self.format())
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if any structural invariant is broken (used by the tests)."""
+        evictable = protected = 0
+        for node in self.nodes():
+            assert node.parent is not None and node.parent.children.get(node.key.child_key(self.page_size)) is node
+            assert len(node.key) > 0 and len(node.value) == len(node.key), f"node {node.id}: key/value length"
+            assert len(node.key) % self.page_size == 0, f"node {node.id}: key not page-aligned"
+            if node.parent is not self.root_node:
+                assert node.key.extra_key == node.parent.key.extra_key, "namespaces mixed on a path"
+                assert node.lock_ref <= node.parent.lock_ref, f"node {node.id}: lock_ref grows downwards"
+            assert node.lock_ref >= 0
+            if node.lock_ref:
+                protected += len(node.key)
+            else:
+                evictable += len(node.key)
+        assert (evictable, protected) == (self.evictable_size_, self.protected_size_), "size counters drifted"
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _empty(self) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.int64, device=self.device)
+
+    def _new_node(self, key: RadixKey, value: torch.Tensor | None, parent: TreeNode | None,
+                  priority: int = 0) -> TreeNode:
+        node = TreeNode(self._next_id, key, value, parent, self._clock, priority)
+        self._next_id += 1
+        return node
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _prepare_key(self, key: RadixKey | Sequence[int], name: str) -> RadixKey:
+        if not isinstance(key, RadixKey):
+            key = RadixKey(_as_token_tuple(key, name))
+        if self.is_eagle and not key.is_bigram:
+            key = key.to_bigram()
+        return key
+
+    def _check_in_tree(self, node: TreeNode, name: str) -> None:
+        if not isinstance(node, TreeNode):
+            raise TypeError(f"{name} must be a TreeNode, got {type(node).__name__}")
+        walk = node
+        while walk.parent is not None:
+            walk = walk.parent
+        if walk is not self.root_node:
+            raise ValueError(f"{name} (id={node.id}) does not belong to this cache")
+
+    def _prepare_value(self, key: RadixKey, value: Any) -> torch.Tensor:
+        if value is None:  # simulation fallback: slot i := token id i
+            return torch.tensor([u if isinstance(u, int) else u[0] for u in key.units], dtype=torch.int64)
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(_as_token_tuple(value, "value"), dtype=torch.int64)
+        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            raise TypeError(f"value must be a 1-D integer tensor of slot indices, got {value.dtype} "
+                            f"with shape {tuple(value.shape)}")
+        allowed = {len(key), len(key.token_ids)} if key.is_bigram else {len(key)}
+        if len(value) not in allowed:
+            raise ValueError(f"value must hold one slot index per token: len(value)={len(value)} "
+                             f"but len(key)={len(key)}")
+        return value.to(torch.int64)[: len(key)]
+
+    def _insert(self, key: Any, value: Any, priority: int = 0) -> tuple[int, TreeNode]:
+        key = self._prepare_key(key, "key")
+        value = self._prepare_value(key, value)  # validate everything before touching the tree
+        key = key.page_aligned(self.page_size)
+        value = value[: len(key)]
+        return self._insert_helper(self.root_node, key, value, priority)
+
+    def _match_prefix_helper(self, node: TreeNode, key: RadixKey) -> tuple[list[torch.Tensor], TreeNode]:
+        now = self._tick()
+        node.last_access_time = now
+        values: list[torch.Tensor] = []
+        # 1. Follow the child whose edge starts with our next unit (or page), in our namespace.
+        while len(key) > 0 and (child := node.children.get(key.child_key(self.page_size))) is not None:
+            child.last_access_time = now
+            # 2. How far does the edge agree with the query (whole pages only)?
+            prefix_len = child.key.match(key, self.page_size)
+            if prefix_len < len(child.key):
+                # 3. The match ends inside the edge: split it so a node ends exactly there.
+                new_node = self._split_node(child.key, child, prefix_len)
+                values.append(new_node.value)
+                return values, new_node
+            # 4. The whole edge matched: collect its slots and go down.
+            values.append(child.value)
+            node = child
+            key = key[prefix_len:]
+        return values, node
+
+    def _split_node(self, key: RadixKey, child: TreeNode, split_len: int) -> TreeNode:
+        """Split ``child``'s edge after ``split_len`` units; returns the new parent node.
+
+        ``new_node`` takes the first ``split_len`` units and the slot indices that go with them,
+        ``child`` keeps the rest. Only index tensors are sliced (views): no KV data moves.
+        """
+        if not 0 < split_len < len(child.key):
+            raise ValueError(f"split_len must be inside the edge (0 < split_len < {len(child.key)}), got {split_len}")
+        parent = child.parent
+        # 1. The new node covers the shared head of the edge and inherits the child's lock.
+        new_node = self._new_node(child.key[:split_len], child.value[:split_len], parent, child.priority)
+        new_node.lock_ref = child.lock_ref
+        new_node.hit_count = child.hit_count
+        new_node.last_access_time = child.last_access_time
+        new_node.creation_time = child.creation_time
+        # 2. The child keeps the tail, and hangs below the new node under its new first page.
+        child.key = child.key[split_len:]
+        child.value = child.value[split_len:]
+        child.parent = new_node
+        new_node.children[child.key.child_key(self.page_size)] = child
+        # 3. The parent's entry (same first page as before) now points at the new node.
+        parent.children[key.child_key(self.page_size)] = new_node
+        return new_node
+
+    def _insert_helper(self, node: TreeNode, key: RadixKey, value: torch.Tensor,
+                       priority: int = 0) -> tuple[int, TreeNode]:
+        now = self._tick()
+        node.last_access_time = now
+        total_prefix_length = 0
+        # 1. Walk down while an edge starts with our next unit/page in our namespace.
+        while len(key) > 0 and (child := node.children.get(key.child_key(self.page_size))) is not None:
+            child.last_access_time = now
+            prefix_len = child.key.match(key, self.page_size)
+            total_prefix_length += prefix_len
+            key, value = key[prefix_len:], value[prefix_len:]
+            # 2. Diverged inside the edge: split so the shared part is its own node.
+            if prefix_len < len(child.key):
+                child = self._split_node(child.key, child, prefix_len)
+            child.hit_count += 1
+            child.priority = max(child.priority, priority)
+            node = child
+        # 3. Whatever is left is new: one leaf holding a private copy of its slot indices.
+        if len(key):
+            leaf = self._new_node(key, value.clone(), node, priority)
+            leaf.hit_count = 1
+            node.children[key.child_key(self.page_size)] = leaf
+            self.evictable_size_ += len(key)
+            node = leaf
+        return total_prefix_length, node
+
+    def _delete_leaf(self, node: TreeNode) -> None:
+        del node.parent.children[node.key.child_key(self.page_size)]
+        self.evictable_size_ -= len(node.key)
+        node.value = None  # marks it evicted
+
+
+def describe_node(node: TreeNode, max_tokens: int = 8) -> str:
+    """One-line description of a cache node: key (abbreviated), slots, lock_ref."""
+    ns = f" ns={node.key.extra_key!r}" if node.key.extra_key is not None else ""
+    slots = abbreviate([int(v) for v in node.value.tolist()], max_tokens) if node.value is not None else "evicted"
+    return (f"#{node.id} {abbreviate(list(node.key.units), max_tokens)}{ns} "
+            f"slots={slots} lock_ref={node.lock_ref} t={node.last_access_time}")
+
+
+def abbreviate(items: Sequence, max_items: int = 8) -> str:
+    """``[1, 2, 3]`` or, for long edges, ``[1, 2, … 37] (37 tok)``."""
+    items = list(items)
+    if len(items) <= max_items:
+        return repr(items)
+    head = ", ".join(repr(x) for x in items[: max_items - 1])
+    return f"[{head}, … {items[-1]!r}] ({len(items)} tok)"

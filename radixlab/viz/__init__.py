@@ -1,0 +1,6 @@
+"""Pictures of the course: tree drawings, step-through replays and widgets."""
+
+from .trees import TreeDrawing, draw_tree, has_dot, match_path
+from .replay import Step, replay, step_through
+
+__all__ = ["TreeDrawing", "draw_tree", "has_dot", "match_path", "Step", "replay", "step_through"]

@@ -1,0 +1,166 @@
+"""Tree drawings: graphviz pictures for people, a stable text form for nbval and for no-``dot`` machines.
+
+``draw_tree`` works for both trees of the course (the teaching ``RadixTree`` of notebooks 01–02 and
+the SGLang-style ``RadixCache`` of notebooks 03–05). It returns a ``TreeDrawing``: in Jupyter it
+shows an SVG (when Graphviz's ``dot`` is installed) and its text form is the indented tree.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import logging
+import shutil
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..radix_cache import RadixCache, TreeNode, abbreviate
+from ..tree import RadixNode, RadixTree
+
+log = logging.getLogger("radixlab")
+
+
+@functools.lru_cache(maxsize=1)
+def has_dot() -> bool:
+    """Is Graphviz's ``dot`` on PATH? Without it radixlab draws trees as text (one notice, no error)."""
+    found = shutil.which("dot") is not None
+    if not found:
+        log.warning("Graphviz 'dot' not found: trees are drawn as text. Install it with "
+                    "'apt-get install graphviz' (Debian/Ubuntu), 'brew install graphviz' or "
+                    "'conda install -c conda-forge graphviz'.")
+    return found
+
+
+@dataclass
+class TreeDrawing:
+    """A rendered tree: ``text`` (compared by nbval) and ``dot_source`` (an SVG for people)."""
+
+    text: str
+    dot_source: str
+    caption: str = ""
+
+    def __repr__(self) -> str:
+        return (self.caption + "\n" if self.caption else "") + self.text
+
+    def _repr_svg_(self) -> str | None:
+        if not has_dot():
+            return None
+        return self.svg()
+
+    def svg(self) -> str:
+        import graphviz
+
+        return graphviz.Source(self.dot_source).pipe(format="svg", encoding="utf-8")
+
+    def digraph_source(self):
+        """The drawing as a ``graphviz.Source`` (render it to a file with ``.render(...)``)."""
+        import graphviz
+
+        return graphviz.Source(self.dot_source)
+
+
+# -- one generic view over both kinds of node -----------------------------------------------------
+
+
+def _children(node: Any) -> list:
+    return list(node.children.values())
+
+
+def _walk(root: Any) -> Iterable[tuple[int, Any, Any]]:
+    """Yield (depth, node, parent) depth first, children in insertion order."""
+    stack = [(1, c, root) for c in reversed(_children(root))]
+    while stack:
+        depth, node, parent = stack.pop()
+        yield depth, node, parent
+        stack.extend((depth + 1, c, node) for c in reversed(_children(node)))
+
+
+def _teaching_label(node: RadixNode, max_tokens: int) -> list[str]:
+    return [f"key={abbreviate(node.key, max_tokens)}", f"ref={node.ref}",
+            "value=None" if node.value is None else "value=<kv>"]
+
+
+def _cache_label(node: TreeNode, max_tokens: int) -> list[str]:
+    lines = [f"#{node.id} {abbreviate(list(node.key.units), max_tokens)}"]
+    if node.key.extra_key is not None:
+        lines.append(f"extra_key={node.key.extra_key!r}")
+    slots = "evicted" if node.value is None else abbreviate([int(v) for v in node.value.tolist()], max_tokens)
+    lines.append(f"slots={slots}")
+    lines.append(f"lock_ref={node.lock_ref}  t={node.last_access_time}")
+    return lines
+
+
+def draw_tree(tree: RadixTree | RadixCache, *, highlight: Iterable[Any] = (), split: Iterable[Any] | Any = (),
+              caption: str = "", max_tokens: int = 8) -> TreeDrawing:
+    """Draw ``tree``; ``highlight`` marks a path (e.g. what a match walked), ``split`` the node(s) a split made."""
+    if isinstance(tree, RadixTree):
+        root, label_fn = tree.root, _teaching_label
+    elif isinstance(tree, RadixCache):
+        root, label_fn = tree.root_node, _cache_label
+    else:
+        raise TypeError(f"tree must be a RadixTree or a RadixCache, got {type(tree).__name__}")
+    hl = {id(n) for n in highlight}
+    if isinstance(split, (RadixNode, TreeNode)):
+        split = [split]
+    sp = {id(n) for n in split}
+
+    root_label = "root" if isinstance(tree, RadixTree) else f"root  (#tokens={tree.total_size()})"
+    text_lines = [root_label]
+    dot = ["digraph radix {", '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35];',
+           '  node [shape=box, style="rounded,filled", fillcolor="#f7f7f7", fontname="Helvetica", fontsize=11];',
+           '  edge [color="#777777"];',
+           f'  n0 [label="{html.escape(root_label)}", shape=ellipse, fillcolor="#e8e8e8"];']
+    ids = {id(root): "n0"}
+    for i, (depth, node, parent) in enumerate(_walk(root), 1):
+        nid = f"n{i}"
+        ids[id(node)] = nid
+        lines = label_fn(node, max_tokens)
+        marks = []
+        if id(node) in hl:
+            marks.append("[path]")
+        if id(node) in sp:
+            marks.append("[created by split]")
+        text_lines.append("   " * (depth - 1) + "└─ " + "  ".join(lines + marks))
+        fill = "#cfe8ff" if id(node) in sp else ("#ffe2b8" if id(node) in hl else "#f7f7f7")
+        pen = ', color="#d9822b", penwidth=2' if id(node) in hl else ""
+        label = "\\n".join(_dot_escape(l) for l in lines)
+        dot.append(f'  {nid} [label="{label}", fillcolor="{fill}"{pen}];')
+        edge_attr = ' [color="#d9822b", penwidth=2]' if id(node) in hl else ""
+        dot.append(f"  {ids[id(parent)]} -> {nid}{edge_attr};")
+    dot.append("}")
+    return TreeDrawing("\n".join(text_lines), "\n".join(dot), caption)
+
+
+def _dot_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def match_path(tree: RadixTree | RadixCache, tokens: Any) -> list:
+    """Nodes a match of ``tokens`` walks through whole (read-only: never splits)."""
+    from ..radix_cache import RadixKey
+    from ..tree import common_prefix_len
+
+    path = []
+    if isinstance(tree, RadixTree):
+        node, i, tokens = tree.root, 0, list(tokens)
+        while i < len(tokens) and tokens[i] in node.children:
+            child = node.children[tokens[i]]
+            j = common_prefix_len(child.key, tokens[i:])
+            path.append(child)
+            if j < len(child.key):
+                break
+            i += j
+            node = child
+        return path
+    key = tokens if isinstance(tokens, RadixKey) else RadixKey(tokens)
+    key = key.page_aligned(tree.page_size)
+    node = tree.root_node
+    while len(key) and (child := node.children.get(key.child_key(tree.page_size))) is not None:
+        n = child.key.match(key, tree.page_size)
+        if n == 0:
+            break
+        path.append(child)
+        if n < len(child.key):
+            break
+        node, key = child, key[n:]
+    return path
