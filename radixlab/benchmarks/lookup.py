@@ -1,0 +1,188 @@
+"""``python -m radixlab bench lookup``: hash probe-down vs hash forward walk vs radix match.
+
+One run builds, for each prefix length L, a hash cache and a radix cache holding the same prompts
+(one long prompt of L tokens plus a few short distractors), then times three lookups of a request
+that extends the long prompt by a new question. Each lookup gets the request as a ready
+``RadixKey`` (built once per request, outside the timing), so the times compare lookup work only.
+Ratios are printed from the same run; notebook 03_hash_vs_radix plots them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..hash_cache import HashPrefixCache
+from ..radix_cache import RadixCache, RadixKey
+
+DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
+VOCAB = 50_000
+QUESTION_TOKENS = 64
+
+
+@dataclass
+class LookupSetup:
+    """Both caches, holding the same prompts, and the query that extends the long one."""
+
+    prefix_len: int
+    hash_cache: HashPrefixCache
+    radix_cache: RadixCache
+    query: RadixKey
+
+
+@dataclass
+class LookupRow:
+    """One prefix length: cost counters (deterministic) and best-of-N times in seconds."""
+
+    prefix_len: int
+    hit_tokens_hash: int
+    hit_tokens_radix: int
+    probe_down_hashes: int
+    probe_down_probes: int
+    forward_hashes: int
+    forward_probes: int
+    radix_nodes_visited: int
+    probe_down_s: float = float("nan")
+    forward_s: float = float("nan")
+    radix_s: float = float("nan")
+
+    @property
+    def probe_down_vs_radix(self) -> float:
+        return self.probe_down_s / self.radix_s
+
+    @property
+    def forward_vs_radix(self) -> float:
+        return self.forward_s / self.radix_s
+
+
+def _fresh_tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(VOCAB) for _ in range(n)]
+
+
+def build_setup(prefix_len: int, block_size: int = 16, seed: int = 0, distractors: int = 8) -> LookupSetup:
+    """Caches holding one ``prefix_len``-token prompt plus ``distractors`` short prompts."""
+    rng = random.Random(seed)
+    prompt = _fresh_tokens(rng, prefix_len)
+    hc, rc = HashPrefixCache(block_size), RadixCache()
+    for _ in range(distractors):
+        other = _fresh_tokens(rng, 512)
+        hc.insert(other)
+        rc.insert(RadixKey(other))
+    hc.insert(prompt)
+    rc.insert(RadixKey(prompt))
+    # The request: same prompt, fresh int objects (as from a tokenizer), plus a new question.
+    query = RadixKey([int(str(t)) for t in prompt] + _fresh_tokens(rng, QUESTION_TOKENS))
+    return LookupSetup(prefix_len, hc, rc, query)
+
+
+def _best_time(fn: Callable[[], object], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
+    """Count the work of each lookup; with ``repeats > 0`` also time each (best of ``repeats``)."""
+    hc, rc, q = setup.hash_cache, setup.radix_cache, setup.query
+    down, fwd = hc.match_probe_down(q), hc.match_forward(q)
+    res = rc.match_prefix(q)
+    visited, node = 0, res.last_node
+    while node is not rc.root_node:
+        visited, node = visited + 1, node.parent
+    assert down.hit_tokens == fwd.hit_tokens, "the two hash lookups disagree"
+    row = LookupRow(setup.prefix_len, down.hit_tokens, len(res), down.hash_computations, down.dict_probes,
+                    fwd.hash_computations, fwd.dict_probes, visited)
+    if repeats > 0:
+        row.probe_down_s = _best_time(lambda: hc.match_probe_down(q), repeats)
+        row.forward_s = _best_time(lambda: hc.match_forward(q), repeats)
+        row.radix_s = _best_time(lambda: rc.match_prefix(q), repeats)
+    return row
+
+
+def run(lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 20, block_size: int = 16,
+        progress: bool = False) -> list[LookupRow]:
+    """Measure every length in one run (so the ratios share one machine state)."""
+    rows = []
+    it = lengths
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(lengths, desc="prefix lengths")
+    for n in it:
+        rows.append(measure(build_setup(n, block_size), repeats))
+    return rows
+
+
+def format_counts(rows: Sequence[LookupRow]) -> str:
+    """The deterministic part: hit tokens and how many hashes/probes/nodes each lookup needed."""
+    lines = [f"{'prefix':>7} {'hit(hash)':>9} {'hit(radix)':>10} | {'probe-down: hashes':>18} {'probes':>6} | "
+             f"{'forward: hashes':>15} {'probes':>6} | {'radix: nodes':>12}"]
+    for r in rows:
+        lines.append(f"{r.prefix_len:>7} {r.hit_tokens_hash:>9} {r.hit_tokens_radix:>10} | "
+                     f"{r.probe_down_hashes:>18} {r.probe_down_probes:>6} | {r.forward_hashes:>15} "
+                     f"{r.forward_probes:>6} | {r.radix_nodes_visited:>12}")
+    return "\n".join(lines)
+
+
+def format_times(rows: Sequence[LookupRow]) -> str:
+    """Times (µs) and ratios, measured side by side in one run."""
+    lines = [f"{'prefix':>7} | {'probe-down µs':>13} {'forward µs':>10} {'radix µs':>9} | "
+             f"{'probe-down/radix':>16} {'forward/radix':>13}"]
+    for r in rows:
+        lines.append(f"{r.prefix_len:>7} | {r.probe_down_s * 1e6:>13.1f} {r.forward_s * 1e6:>10.1f} "
+                     f"{r.radix_s * 1e6:>9.1f} | {r.probe_down_vs_radix:>15.1f}× {r.forward_vs_radix:>12.1f}×")
+    return "\n".join(lines)
+
+
+# -- the branching workload: where block granularity loses hits --------------------------------
+
+
+def branching_prompts(n_branches: int = 8, shared: int = 100, suffix: int = 40, seed: int = 0) -> list[list[int]]:
+    """``n_branches`` prompts sharing a ``shared``-token stem, each then going its own way.
+
+    With ``shared`` not a multiple of the block size, every branch diverges mid-block.
+    """
+    rng = random.Random(seed)
+    stem = _fresh_tokens(rng, shared)
+    return [stem + _fresh_tokens(rng, suffix) for _ in range(n_branches)]
+
+
+def hit_tokens(prompts: Sequence[Sequence[int]], block_size: int = 16) -> dict[str, int]:
+    """Serve ``prompts`` in order through both caches; total tokens each one finds cached."""
+    hc, rc = HashPrefixCache(block_size), RadixCache()
+    hits = {"hash": 0, "radix": 0, "total": 0}
+    for p in prompts:
+        key = RadixKey(p)
+        hits["hash"] += hc.match_forward(key).hit_tokens
+        hits["radix"] += len(rc.match_prefix(key))
+        hits["total"] += len(p)
+        hc.insert(key)
+        rc.insert(key)
+    return hits
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m radixlab bench lookup", description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS),
+                        help="cached prefix lengths in tokens (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs per lookup; best is kept")
+    parser.add_argument("--block-size", type=int, default=16, help="hash cache block size (default 16)")
+    args = parser.parse_args(argv)
+    if args.repeats <= 0 or any(n <= 0 for n in args.lengths) or args.block_size <= 0:
+        parser.error("--lengths, --repeats and --block-size must be positive")
+    print(f"lookup: one cached prompt of L tokens (+8 distractors); request = prompt + {QUESTION_TOKENS} "
+          f"new tokens; block_size={args.block_size}; best of {args.repeats}")
+    rows = run(args.lengths, args.repeats, args.block_size)
+    print(format_counts(rows))
+    print()
+    print(format_times(rows))
+    last = rows[-1]
+    print(f"\nradix match of a {last.prefix_len}-token cached prefix: {last.probe_down_vs_radix:.1f}× faster "
+          f"than the probe-down hash lookup, {last.forward_vs_radix:.1f}× faster than the forward walk")
+    return 0

@@ -1,0 +1,31 @@
+"""The hash cache drawn as what it is: a flat table, one row per block (notebook 03_hash_vs_radix).
+
+Set it beside ``draw_tree`` of a radix cache holding the same prompts: the tree shows where prompts
+branch and how many share each part; the table only lists blocks.
+"""
+
+from __future__ import annotations
+
+import html
+
+from ..hash_cache import HashPrefixCache
+from ..radix_cache import abbreviate
+from .trees import TreeDrawing
+
+
+def draw_hash_table(cache: HashPrefixCache, caption: str = "", max_tokens: int = 6) -> TreeDrawing:
+    """A ``TreeDrawing`` of ``cache.table``: text rows for nbval, an HTML-like table for people."""
+    if not isinstance(cache, HashPrefixCache):
+        raise TypeError(f"cache must be a HashPrefixCache, got {type(cache).__name__}")
+    rows = ['<tr><td><b>#</b></td><td><b>chain hash</b></td><td><b>block tokens</b></td>'
+            '<td><b>ref</b></td></tr>']
+    for i, b in enumerate(cache.table.values()):
+        ns = f"  ns={b.extra_key!r}" if b.extra_key is not None else ""
+        toks = html.escape(abbreviate(b.tokens, max_tokens) + ns)
+        rows.append(f'<tr><td>{i}</td><td>{b.hash & 0xFFFFFFFF:08x}…</td><td align="left">{toks}</td>'
+                    f'<td>{b.ref}</td></tr>')
+    title = html.escape(f"prefix_cache: dict (hash → block), {len(cache.table)} entries")
+    dot = ["digraph hashtable {", '  node [shape=plaintext, fontname="Helvetica", fontsize=11];',
+           f'  t [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">'
+           f'<tr><td colspan="4" bgcolor="#e8e8e8">{title}</td></tr>{"".join(rows)}</table>>];', "}"]
+    return TreeDrawing(cache.format(max_tokens), "\n".join(dot), caption)

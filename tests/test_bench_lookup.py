@@ -1,0 +1,47 @@
+"""``python -m radixlab bench lookup``: output format and counts on a tiny run (never absolute times)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from radixlab.__main__ import main as cli
+from radixlab.benchmarks import lookup
+
+
+def test_tiny_run_prints_counts_times_and_ratios(capsys):
+    assert cli(["bench", "lookup", "--lengths", "256", "512", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("lookup: one cached prompt of L tokens")
+    assert "probe-down: hashes" in lines[1] and "radix: nodes" in lines[1]
+    # counts: request = prompt + 64 tokens → (L + 64) / 16 blocks hashed by probe-down
+    assert re.match(r"\s+256\s+256\s+256 \|\s+20\s+5 \|\s+17\s+17 \|\s+1$", lines[2])
+    assert re.match(r"\s+512\s+512\s+512 \|\s+36\s+5 \|\s+33\s+33 \|\s+1$", lines[3])
+    ratio_rows = [l for l in lines if re.match(r"\s+(256|512) \|", l)]
+    assert len(ratio_rows) == 2
+    for row in ratio_rows:
+        assert re.search(r"\d+\.\d\s+\d+\.\d\s+\d+\.\d \|\s+\d+\.\d×\s+\d+\.\d×$", row), row
+    assert re.search(r"radix match of a 512-token cached prefix: \d+\.\d× faster than the probe-down", out)
+
+
+def test_counts_are_deterministic_without_timing():
+    rows = lookup.run([128, 256], repeats=0)
+    assert [r.probe_down_hashes for r in rows] == [12, 20]
+    assert [r.forward_probes for r in rows] == [9, 17]
+    assert all(r.hit_tokens_hash == r.hit_tokens_radix == r.prefix_len for r in rows)
+    assert lookup.format_counts(rows) == lookup.format_counts(lookup.run([128, 256], repeats=0))
+
+
+def test_branching_workload_radix_hits_more():
+    prompts = lookup.branching_prompts(n_branches=4, shared=100, suffix=10)
+    hits = lookup.hit_tokens(prompts, block_size=16)
+    assert hits == {"hash": 3 * 96, "radix": 3 * 100, "total": 4 * 110}
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--lengths", "-5"], ["--block-size", "0"]])
+def test_bad_arguments_exit_with_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        lookup.main(argv)
+    assert exc.value.code == 2

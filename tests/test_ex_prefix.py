@@ -1,0 +1,133 @@
+"""Exercise 04.1: the check passes the solution, says "not done yet" to the blank, fails wrong answers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from radixlab.course import check
+from radixlab.course.edition import blank_solutions, strip_markers
+from radixlab.course.ex_prefix import (check_longest_cached_prefix, radix_longest_cached_prefix,
+                                       reference_longest_cached_prefix)
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_pages_and_namespaces.ipynb"
+
+
+def _with_aligned(rule):
+    """The lesson's function with ``aligned = rule(common, page_size)`` in the blank."""
+    def fn(query_tokens, query_namespace, cached_paths, page_size, *, _ns=True):
+        if page_size <= 0:
+            raise ValueError("page_size must be positive")
+        best = 0
+        for cached_tokens, cached_namespace in cached_paths:
+            if _ns and cached_namespace != query_namespace:
+                continue
+            common = 0
+            for left, right in zip(query_tokens, cached_tokens):
+                if left != right:
+                    break
+                common += 1
+            best = max(best, rule(common, page_size))
+        return best
+    return fn
+
+
+def blank(query_tokens, query_namespace, cached_paths, page_size):
+    raise NotImplementedError()
+
+
+def ignore_namespace(q, ns, paths, p):
+    return _with_aligned(lambda c, p: c // p * p)(q, ns, paths, p, _ns=False)
+
+
+def no_validation(q, ns, paths, p):
+    if p <= 0:
+        return 0
+    return reference_longest_cached_prefix(q, ns, paths, p)
+
+
+def test_reference_passes_with_full_score():
+    result = check_longest_cached_prefix(reference_longest_cached_prefix, record=False)
+    assert result.passed, repr(result)
+    assert (result.score, result.max_score) == (4, 4)
+    assert repr(result).startswith("✅ Exercise 04.1 (longest_cached_prefix): all 9 checks passed (5 of them hidden")
+
+
+def test_radix_answer_also_passes():
+    assert check_longest_cached_prefix(radix_longest_cached_prefix, record=False).passed
+
+
+def test_blank_is_not_done_yet_and_recorded():
+    n = len(check.RESULTS)
+    result = check_longest_cached_prefix(blank)
+    assert result.not_done and not result.passed
+    assert repr(result).startswith("⏳ Exercise 04.1 (longest_cached_prefix): not done yet")
+    assert check.RESULTS[n:] == [result] and result.score == 0
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("aligned = common", _with_aligned(lambda c, p: c)),
+    ("ceil instead of floor", _with_aligned(lambda c, p: math.ceil(c / p) * p)),
+    ("round to nearest page", _with_aligned(lambda c, p: round(c / p) * p)),
+    ("one page short", _with_aligned(lambda c, p: max(c // p * p - p, 0))),
+    ("ignores the namespace", ignore_namespace),
+    ("no page_size check", no_validation),
+])
+def test_plausible_wrong_answers_fail(name, fn):
+    result = check_longest_cached_prefix(fn, record=False)
+    assert not result.passed and not result.not_done, name
+    assert repr(result).startswith("❌ Exercise 04.1"), name
+    assert result.score < 4
+
+
+def test_main_path_alone_scores_two():
+    # Right on the lesson's cases, wrong everywhere else: main path points only.
+    def only_seed_cases(q, ns, paths, p):
+        table = {((1, 2, 3, 4, 5, 8), "base", 4): 4, ((1, 2, 3, 4, 6, 7), "adapter-A", 2): 6,
+                 ((1, 2, 3, 4), "adapter-B", 2): 0, ((1, 2, 3), "base", 2): 2}
+        return table.get((tuple(q), ns, p), 99)
+    result = check_longest_cached_prefix(only_seed_cases, record=False)
+    assert result.score == 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(paths=st.lists(st.tuples(st.lists(st.integers(1, 3), max_size=12), st.sampled_from(["base", "A", "B"])),
+                      max_size=5),
+       query=st.lists(st.integers(1, 3), max_size=12), ns=st.sampled_from(["base", "A", "B"]),
+       page_size=st.integers(1, 8))
+def test_reference_and_radix_cache_always_agree(paths, query, ns, page_size):
+    assert reference_longest_cached_prefix(query, ns, paths, page_size) == \
+        radix_longest_cached_prefix(query, ns, paths, page_size)
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_both_raise_on_bad_page_size(bad):
+    for fn in (reference_longest_cached_prefix, radix_longest_cached_prefix):
+        with pytest.raises(ValueError, match="page_size must be positive"):
+            fn([1], "base", [([1], "base")], bad)
+
+
+def _exercise_cell() -> str:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source
+             and "def longest_cached_prefix" in c.source]
+    assert len(cells) == 1
+    return cells[0]
+
+
+@pytest.mark.skipif(not NOTEBOOK.exists(), reason="notebook 04 not written yet")
+def test_notebook_exercise_both_editions():
+    src = _exercise_cell()
+    region = src.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    assert region.strip() == "aligned = common // page_size * page_size"
+    assert "# TODO: only whole pages can be reused as a prefix" in src
+    solved, student = {}, {}
+    exec(strip_markers(src), solved)
+    assert check_longest_cached_prefix(solved["longest_cached_prefix"], record=False).passed
+    exec(blank_solutions(src), student)
+    assert check_longest_cached_prefix(student["longest_cached_prefix"], record=False).not_done
