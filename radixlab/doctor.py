@@ -50,6 +50,11 @@ def report() -> list[tuple[str, str]]:
     return rows
 
 
+def show() -> None:
+    """Print the report (what notebook 00 calls)."""
+    main()
+
+
 def main() -> int:
     rows = report()
     width = max(len(k) for k, _ in rows)

@@ -35,6 +35,8 @@ def _as_token_tuple(token_ids: Any, name: str = "token_ids") -> tuple[int, ...]:
     if isinstance(token_ids, (str, bytes)) or not isinstance(token_ids, Iterable):
         raise TypeError(f"{name} must be a sequence of integer token ids, got {type(token_ids).__name__}")
     out = tuple(token_ids)
+    if all(type(t) is int for t in out):  # fast path: ~30x cheaper than the Integral checks below
+        return out
     for t in out:
         if isinstance(t, bool) or not isinstance(t, Integral):
             raise TypeError(f"{name} must hold integer token ids, got {t!r} ({type(t).__name__})")
@@ -73,6 +75,11 @@ class RadixKey:
     def __init__(self, token_ids: Any, extra_key: Hashable | None = None, is_bigram: bool = False) -> None:
         if extra_key is not None and not isinstance(extra_key, Hashable):
             raise TypeError(f"extra_key must be hashable (a str, usually), got {type(extra_key).__name__}")
+        if isinstance(token_ids, RadixKey):  # re-wrapping a key: it keeps its namespace, never mixes two
+            if extra_key is not None and extra_key != token_ids.extra_key:
+                raise ValueError(f"cannot mix namespaces in one key: token_ids already carry extra_key "
+                                 f"{token_ids.extra_key!r}, got extra_key={extra_key!r}")
+            extra_key, token_ids = token_ids.extra_key, token_ids.token_ids
         self.token_ids: tuple[int, ...] = _as_token_tuple(token_ids)
         self.extra_key = extra_key
         self.is_bigram = bool(is_bigram)
@@ -439,6 +446,8 @@ class RadixCache:
             walk = walk.parent
         if walk is not self.root_node:
             raise ValueError(f"{name} (id={node.id}) does not belong to this cache")
+        if node.evicted:
+            raise ValueError(f"{name} (id={node.id}) has been evicted: its slots are gone")
 
     def _prepare_value(self, key: RadixKey, value: Any) -> torch.Tensor:
         if value is None:  # simulation fallback: slot i := token id i
@@ -535,6 +544,89 @@ class RadixCache:
         del node.parent.children[node.key.child_key(self.page_size)]
         self.evictable_size_ -= len(node.key)
         node.value = None  # marks it evicted
+
+    # -- the request lifecycle: how a request hands its KV to the cache (notebook 05) -------------
+    # ``req`` is a ``radixlab.request.Request`` (SGLang's ``Req`` fields). Its row in
+    # ``req_to_token_pool`` holds one slot per token of ``req.fill_ids``; the first
+    # ``req.cache_protected_len`` of them are the tree's slots, locked through ``req.last_node``;
+    # the rest are the request's own.
+
+    def cache_finished_req(self, req: Any, is_insert: bool = True, kv_len_to_handle: int | None = None) -> None:
+        """A finished request hands its KV to the tree and drops its lock (the caller frees the row).
+
+        Afterwards every slot of the row is the tree's or free: tokens the tree already had keep the
+        tree's slots and the request's duplicates are freed; new whole pages become tree nodes; the
+        unaligned tail (less than a page) is freed; ``req.last_node`` is unlocked.
+        """
+        allocator, row = self._lifecycle_args(req)
+        kv_len = req.seq_len if kv_len_to_handle is None else kv_len_to_handle
+        if isinstance(kv_len, bool) or not isinstance(kv_len, Integral) or not req.cache_protected_len <= kv_len <= req.seq_len:
+            raise ValueError(f"kv_len_to_handle must be in {req.cache_protected_len} .. {req.seq_len}, got {kv_len!r}")
+        kv_indices = row[:kv_len]
+        key = RadixKey(req.all_ids[:kv_len], req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        key_len = len(key)
+        # 1. Insert: the tree takes the pages it lacked; prefix_len says how many it already had.
+        if is_insert:
+            prefix_len, _ = self._insert(key, kv_indices[:key_len].clone(), req.priority)
+        else:
+            prefix_len = key_len
+        # 2. Tokens past our locked prefix that the tree had anyway (another request inserted them
+        #    meanwhile): the tree's copy wins, our duplicate slots go back to the allocator.
+        allocator.free(kv_indices[req.cache_protected_len:prefix_len])
+        # 3. The unaligned tail (part of a page) is not cached: free it.
+        allocator.free(kv_indices[key_len:])
+        # 4. Drop our lock: the path becomes evictable once no other request holds it.
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = None
+        req.cache_protected_len = 0
+        req.prefix_indices = self._empty()
+        req.finished = True
+
+    def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
+        """Mid-request (after a chunk of a chunked prefill): the tree adopts the KV computed so far.
+
+        Inserts ``req.fill_ids``, frees our duplicates, rewrites our row to point at the tree's
+        slots, and moves our lock from the old ``last_node`` to the node where ``fill_ids`` ends.
+        The unaligned tail stays ours (it is in ``req.prefix_indices``, not in the tree).
+        """
+        allocator, row = self._lifecycle_args(req)
+        kv_indices = row[: req.seq_len]
+        key = RadixKey(req.fill_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        # 1. Insert what is computed so far (whole pages only).
+        new_prefix_len, _ = self._insert(key, kv_indices[: len(key)].clone(), req.priority)
+        # 2. Free our duplicates of tokens the tree already had.
+        allocator.free(kv_indices[req.cache_protected_len:new_prefix_len])
+        # 3. Match again: the tree's slots and the node where our key ends.
+        match = self.match_prefix(key)
+        new_indices, new_last_node = match.device_indices, match.last_node
+        assert len(new_indices) == len(key), f"{len(new_indices)=} != {len(key)=}"
+        # 4. Our row now points at the tree's slots for the cached part.
+        self.req_to_token_pool.write(req.req_pool_idx, req.cache_protected_len, new_indices[req.cache_protected_len:])
+        req.cache_protected_len = len(new_indices)
+        # 5. Move the lock (take the new one first, so no node is unlocked in between).
+        self.inc_lock_ref(new_last_node)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = new_last_node
+        # 6. The next chunk reuses all of it: the tree's slots, then our unaligned tail.
+        req.prefix_indices = torch.cat([new_indices, row[len(new_indices): req.seq_len]])
+
+    def _lifecycle_args(self, req: Any) -> tuple[Any, torch.Tensor]:
+        """Validate a request before ``cache_*_req`` changes anything; returns (allocator, row)."""
+        if self.token_to_kv_pool_allocator is None or self.req_to_token_pool is None:
+            raise ValueError("cache_*_req needs a RadixCache built with token_to_kv_pool_allocator "
+                             "and req_to_token_pool")
+        for name in ("req_pool_idx", "fill_ids", "cache_protected_len", "last_node", "extra_key"):
+            if not hasattr(req, name):
+                raise TypeError(f"req must be a radixlab.request.Request (missing {name!r}), got {type(req).__name__}")
+        if getattr(req, "finished", False) or req.req_pool_idx is None:
+            raise ValueError(f"request {getattr(req, 'rid', '?')!r} has no live row (finished already, or never admitted)")
+        if req.last_node is not None:
+            self._check_in_tree(req.last_node, "req.last_node")
+            if req.last_node is not self.root_node and req.last_node.lock_ref <= 0:
+                raise ValueError(f"req.last_node (id={req.last_node.id}) is not locked")
+        return self.token_to_kv_pool_allocator, self.req_to_token_pool.req_to_token[req.req_pool_idx]
 
 
 def describe_node(node: TreeNode, max_tokens: int = 8) -> str:

@@ -76,7 +76,8 @@ class CheckResult:
         for o in self.outcomes:
             if not o.passed:
                 label = "hidden case" if o.hidden else "case"
-                lines.append(f"   ✗ {label} '{o.name}': {o.message}")
+                message = o.message.replace("\n", "\n      ")
+                lines.append(f"   ✗ {label} '{o.name}': {message}")
         return "\n".join(lines)
 
     __str__ = __repr__

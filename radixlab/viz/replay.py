@@ -41,7 +41,8 @@ def _describe(op: tuple) -> str:
     return f"{name}({shown!r}{extra})"
 
 
-def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int = 8) -> list[Step]:
+def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int = 8,
+           fmt: Callable[[list], str] | None = None) -> list[Step]:
     """Apply ``ops`` to ``tree`` in order (mutating it); return the drawing after each step.
 
     Step 0 is the tree before any operation. Nodes created by a split are marked, and a match's
@@ -55,7 +56,7 @@ def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int =
         if op[0] == "split" and len(op) != 3:
             raise ValueError(f"ops[{i}]: a split is ('split', where, idx), got {op!r}")
     steps = [Step(0, ("start",), "", draw_tree(tree, caption="step 0: empty tree" if _empty(tree) else "step 0: start",
-                                               max_tokens=max_tokens))]
+                                               max_tokens=max_tokens, fmt=fmt))]
     split_name = "_split" if isinstance(tree, RadixTree) else "_split_node"
     for i, op in enumerate(ops, 1):
         created: list = []
@@ -73,7 +74,7 @@ def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int =
             delattr(tree, split_name)
         caption = f"step {i}: {_describe(op)}" + (f" → {result}" if result else "")
         steps.append(Step(i, op, result, draw_tree(tree, highlight=highlight, split=created,
-                                                   caption=caption, max_tokens=max_tokens)))
+                                                   caption=caption, max_tokens=max_tokens, fmt=fmt)))
     return steps
 
 
@@ -112,12 +113,13 @@ def _apply(tree: RadixTree | RadixCache, op: tuple) -> tuple[str, list]:
     return "", []
 
 
-def step_through(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int = 8):
+def step_through(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int = 8,
+                 fmt: Callable[[list], str] | None = None) -> None:
     """A slider over ``replay(tree, ops)``: move it to see the tree after each operation."""
     import ipywidgets as widgets
     from IPython.display import display
 
-    steps = replay(tree, ops, max_tokens)
+    steps = replay(tree, ops, max_tokens, fmt)
     slider = widgets.IntSlider(value=0, min=0, max=len(steps) - 1, description="step", continuous_update=False)
     out = widgets.Output()
 

@@ -12,7 +12,7 @@ import html
 import logging
 import shutil
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..radix_cache import RadixCache, TreeNode, abbreviate
 from ..tree import RadixNode, RadixTree
@@ -75,13 +75,15 @@ def _walk(root: Any) -> Iterable[tuple[int, Any, Any]]:
         stack.extend((depth + 1, c, node) for c in reversed(_children(node)))
 
 
-def _teaching_label(node: RadixNode, max_tokens: int) -> list[str]:
-    return [f"key={abbreviate(node.key, max_tokens)}", f"ref={node.ref}",
+def _teaching_label(node: RadixNode, max_tokens: int, fmt: Callable[[list], str] | None) -> list[str]:
+    key = fmt(node.key) if fmt else abbreviate(node.key, max_tokens)
+    return [f"key={key}", f"ref={node.ref}",
             "value=None" if node.value is None else "value=<kv>"]
 
 
-def _cache_label(node: TreeNode, max_tokens: int) -> list[str]:
-    lines = [f"#{node.id} {abbreviate(list(node.key.units), max_tokens)}"]
+def _cache_label(node: TreeNode, max_tokens: int, fmt: Callable[[list], str] | None) -> list[str]:
+    units = list(node.key.units)
+    lines = [f"#{node.id} {fmt(units) if fmt else abbreviate(units, max_tokens)}"]
     if node.key.extra_key is not None:
         lines.append(f"extra_key={node.key.extra_key!r}")
     slots = "evicted" if node.value is None else abbreviate([int(v) for v in node.value.tolist()], max_tokens)
@@ -91,8 +93,12 @@ def _cache_label(node: TreeNode, max_tokens: int) -> list[str]:
 
 
 def draw_tree(tree: RadixTree | RadixCache, *, highlight: Iterable[Any] = (), split: Iterable[Any] | Any = (),
-              caption: str = "", max_tokens: int = 8) -> TreeDrawing:
-    """Draw ``tree``; ``highlight`` marks a path (e.g. what a match walked), ``split`` the node(s) a split made."""
+              caption: str = "", max_tokens: int = 8, fmt: Callable[[list], str] | None = None) -> TreeDrawing:
+    """Draw ``tree``; ``highlight`` marks a path (e.g. what a match walked), ``split`` the node(s) a split made.
+
+    ``fmt`` turns an edge's tokens into its label (default: the list, abbreviated after ``max_tokens``;
+    ``radixlab.tokenizer.text_label`` shows byte tokens as text).
+    """
     if isinstance(tree, RadixTree):
         root, label_fn = tree.root, _teaching_label
     elif isinstance(tree, RadixCache):
@@ -114,7 +120,7 @@ def draw_tree(tree: RadixTree | RadixCache, *, highlight: Iterable[Any] = (), sp
     for i, (depth, node, parent) in enumerate(_walk(root), 1):
         nid = f"n{i}"
         ids[id(node)] = nid
-        lines = label_fn(node, max_tokens)
+        lines = label_fn(node, max_tokens, fmt)
         marks = []
         if id(node) in hl:
             marks.append("[path]")

@@ -1,0 +1,196 @@
+"""Who owns which KV slot: the request pool and the slot allocator (notebook 05_locks_and_eviction).
+
+Mirrors ``sglang/srt/mem_cache/memory_pool.py`` and its allocators. Two tables of *indices*, no
+K/V data (the KV buffers themselves are ``MHATokenToKVPool``, taught with the model):
+
+* ``ReqToTokenPool`` gives every live request a row; entry ``[row, i]`` is the KV slot that holds
+  token ``i`` of that request. Attention reads a request's K/V through its row.
+* ``TokenToKVPoolAllocator`` hands out KV slots from a free list, one page (``page_size`` slots)
+  at a time, and takes them back. Slot ``s`` lives in page ``s // page_size``, and a request's token
+  at position ``p`` always sits at page offset ``p % page_size`` (``alloc_extend`` keeps it so).
+
+Every slot is at any moment in exactly one place: the free list, a radix-tree node, or the tail of
+one live request's row (``tests/test_lifecycle.py`` checks this after every step).
+
+Choices that differ from SGLang, on purpose: slots count from 0 (SGLang keeps slot 0 and request
+row 0 as dummies for padded CUDA-graph batches); freeing a slot twice or a slot never handed out is
+an error here (SGLang trusts its callers), because finding such bugs is what the course is about.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any, Sequence
+
+import torch
+
+
+def _check_int(value: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _as_index_list(indices: Any, name: str) -> list[int]:
+    if isinstance(indices, torch.Tensor):
+        if indices.dtype.is_floating_point or indices.dtype == torch.bool or indices.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor, got {indices.dtype} with shape "
+                            f"{tuple(indices.shape)}")
+        return [int(i) for i in indices.tolist()]
+    if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
+        raise TypeError(f"{name} must be a sequence or tensor of slot indices, got {type(indices).__name__}")
+    out = []
+    for i in indices:
+        if isinstance(i, bool) or not isinstance(i, Integral):
+            raise TypeError(f"{name} must hold integer slot indices, got {i!r}")
+        out.append(int(i))
+    return out
+
+
+class ReqToTokenPool:
+    """One row of KV slot indices per live request: ``req_to_token[row, position] -> slot``."""
+
+    def __init__(self, size: int, max_context_len: int, device: str | torch.device = "cpu") -> None:
+        self.size = _check_int(size, "size", 1)
+        self.max_context_len = _check_int(max_context_len, "max_context_len", 1)
+        self.device = torch.device(device)
+        self.req_to_token = torch.zeros((self.size, self.max_context_len), dtype=torch.int64, device=self.device)
+        self.free_slots: list[int] = list(range(self.size))
+
+    def available_size(self) -> int:
+        """Rows free for new requests."""
+        return len(self.free_slots)
+
+    def alloc(self) -> int:
+        """Take a free row for a new request (the scheduler stores it in ``req.req_pool_idx``)."""
+        if not self.free_slots:
+            raise RuntimeError(f"ReqToTokenPool is full: all {self.size} request rows are in use "
+                               "(finish a request, or make the pool bigger)")
+        return self.free_slots.pop(0)
+
+    def free(self, req_pool_idx: int) -> None:
+        """Give a finished request's row back."""
+        idx = _check_int(req_pool_idx, "req_pool_idx")
+        if idx >= self.size:
+            raise ValueError(f"req_pool_idx must be < {self.size}, got {idx}")
+        if idx in self.free_slots:
+            raise ValueError(f"req_pool_idx {idx} is not in use (freed twice, or never allocated)")
+        self.free_slots.append(idx)
+
+    def write(self, req_pool_idx: int, start: int, slots: torch.Tensor | Sequence[int]) -> None:
+        """Store ``slots`` at ``req_to_token[req_pool_idx, start : start + len(slots)]``."""
+        idx = _check_int(req_pool_idx, "req_pool_idx")
+        start = _check_int(start, "start")
+        values = _as_index_list(slots, "slots")
+        if idx >= self.size or idx in self.free_slots:
+            raise ValueError(f"req_pool_idx {idx} is not a row in use")
+        if start + len(values) > self.max_context_len:
+            raise ValueError(f"writing {len(values)} slots at position {start} overflows max_context_len="
+                             f"{self.max_context_len}")
+        if values:
+            self.req_to_token[idx, start:start + len(values)] = torch.tensor(values, dtype=torch.int64)
+
+    def row(self, req_pool_idx: int, length: int) -> torch.Tensor:
+        """The first ``length`` slot indices of a row (a copy)."""
+        return self.req_to_token[req_pool_idx, :length].clone()
+
+    def clear(self) -> None:
+        self.free_slots = list(range(self.size))
+
+
+class TokenToKVPoolAllocator:
+    """A free list of KV slots, handed out in whole pages of ``page_size`` consecutive slots.
+
+    ``alloc(n)`` returns ``n`` slot indices (``n`` a multiple of ``page_size``) or ``None`` when
+    there are not enough free pages — then nothing changed, and the scheduler asks the radix cache
+    to ``evict`` and tries again. ``free(indices)`` gives back the pages those slots belong to.
+    """
+
+    def __init__(self, size: int, page_size: int = 1, device: str | torch.device = "cpu") -> None:
+        self.page_size = _check_int(page_size, "page_size", 1)
+        self.size = _check_int(size, "size", 1)
+        if self.size % self.page_size:
+            raise ValueError(f"size must be a multiple of page_size={self.page_size}, got {self.size}")
+        self.device = torch.device(device)
+        self.num_pages = self.size // self.page_size
+        self.clear()
+
+    def clear(self) -> None:
+        """Every page free again (in order: page 0 is handed out first)."""
+        self.free_pages: list[int] = list(range(self.num_pages))
+        self._in_use: set[int] = set()
+
+    def available_size(self) -> int:
+        """Free slots (free pages × page_size)."""
+        return len(self.free_pages) * self.page_size
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """``need_size`` slots as whole pages, oldest-freed page first; ``None`` if they do not fit."""
+        n = _check_int(need_size, "need_size")
+        if n % self.page_size:
+            raise ValueError(f"need_size must be a multiple of page_size={self.page_size}, got {n}")
+        num = n // self.page_size
+        if num > len(self.free_pages):
+            return None
+        pages, self.free_pages = self.free_pages[:num], self.free_pages[num:]
+        self._in_use.update(pages)
+        return self._slots_of(pages)
+
+    def alloc_extend(self, prefix_len: int, last_loc: int, extend_len: int) -> torch.Tensor | None:
+        """Slots for tokens ``prefix_len .. prefix_len + extend_len - 1`` of one request.
+
+        The first ones fill the rest of the page that holds ``last_loc`` (the slot of token
+        ``prefix_len - 1``), the others come from new pages, so token ``p`` keeps page offset
+        ``p % page_size``. ``None`` (and nothing changed) when the new pages do not fit.
+        """
+        prefix_len = _check_int(prefix_len, "prefix_len")
+        extend_len = _check_int(extend_len, "extend_len")
+        room = (-prefix_len) % self.page_size  # free slots left in the request's last page
+        if room:
+            last_loc = _check_int(last_loc, "last_loc")
+            if last_loc // self.page_size not in self._in_use or last_loc % self.page_size != (prefix_len - 1) % self.page_size:
+                raise ValueError(f"last_loc={last_loc} is not the slot of token {prefix_len - 1} in an allocated page")
+        take = min(room, extend_len)
+        head = torch.arange(last_loc + 1, last_loc + 1 + take, dtype=torch.int64) if take else None
+        rest = extend_len - take
+        new = self.alloc(-(-rest // self.page_size) * self.page_size)
+        if new is None:
+            return None
+        parts = ([head] if head is not None else []) + [new[:rest]]
+        return torch.cat(parts).to(self.device)
+
+    def free(self, free_index: torch.Tensor | Sequence[int]) -> None:
+        """Give back the pages holding these slots. Raises (changing nothing) on a page not in use."""
+        slots = _as_index_list(free_index, "free_index")
+        if not slots:
+            return
+        bad = [s for s in slots if not 0 <= s < self.size]
+        if bad:
+            raise ValueError(f"free_index holds slot {bad[0]}, outside this pool (0 .. {self.size - 1})")
+        if self.page_size == 1 and len(set(slots)) != len(slots):
+            dup = next(s for s in slots if slots.count(s) > 1)
+            raise ValueError(f"free_index holds slot {dup} twice")
+        pages = list(dict.fromkeys(s // self.page_size for s in slots))
+        not_used = [p for p in pages if p not in self._in_use]
+        if not_used:
+            what = "slot" if self.page_size == 1 else "page"
+            raise ValueError(f"cannot free {what} {not_used[0]}: it is not allocated "
+                             "(freed twice, or never handed out)")
+        self._in_use.difference_update(pages)
+        self.free_pages.extend(pages)
+
+    def _slots_of(self, pages: list[int]) -> torch.Tensor:
+        if not pages:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        base = torch.tensor(pages, dtype=torch.int64).repeat_interleave(self.page_size) * self.page_size
+        return (base + torch.arange(self.page_size).repeat(len(pages))).to(self.device)
+
+    def pages_in_use(self) -> set[int]:
+        """Pages handed out and not yet freed (what the leak checks compare against)."""
+        return set(self._in_use)
+
+    def __repr__(self) -> str:
+        return (f"TokenToKVPoolAllocator(size={self.size}, page_size={self.page_size}, "
+                f"available={self.available_size()})")

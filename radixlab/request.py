@@ -1,0 +1,144 @@
+"""A request and the scheduler's side of the KV-ownership contract (notebook 05_locks_and_eviction).
+
+``Request`` carries SGLang's field names (``origin_input_ids``, ``output_ids``, ``fill_ids``,
+``extra_key``, ``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``).
+The four functions below are one request's life, one step each, as SGLang's scheduler does it for
+a whole batch (``schedule_batch.py`` ``prepare_for_extend`` / ``alloc_for_extend``,
+``mem_cache/common.py`` ``release_kv_cache``):
+
+1. ``admit``: ``match_prefix`` → ``inc_lock_ref(last_node)`` → take a ``ReqToTokenPool`` row and
+   write the cached prefix's slots into it.
+2. ``extend``: allocate slots for the next tokens (evicting from the cache if the pool is short)
+   and write them into the row. Used for prefill, each chunk of a chunked prefill, and decode.
+3. ``RadixCache.cache_unfinished_req`` after a prefill chunk (the tree adopts the KV so far).
+4. ``release``: ``RadixCache.cache_finished_req`` (insert, free duplicates and the unaligned tail,
+   unlock), then give the row back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Sequence
+
+import torch
+
+from .radix_cache import RadixCache, RadixKey, TreeNode, _as_token_tuple
+
+
+@dataclass(eq=False)
+class Request:
+    """One generation request, as the cache and the pools see it."""
+
+    rid: str
+    origin_input_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    extra_key: Hashable | None = None
+    priority: int = 0
+    # Filled in by the scheduler:
+    fill_ids: list[int] = field(default_factory=list)  # tokens whose KV slots are in the row, in order
+    req_pool_idx: int | None = None
+    prefix_indices: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    last_node: TreeNode | None = None  # the node this request holds a lock on
+    cache_protected_len: int = 0  # leading row entries that are the tree's slots (not this request's)
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        self.origin_input_ids = list(_as_token_tuple(self.origin_input_ids, "origin_input_ids"))
+        self.output_ids = list(_as_token_tuple(self.output_ids, "output_ids"))
+        if not self.origin_input_ids:
+            raise ValueError("origin_input_ids must be non-empty")
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.origin_input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens whose KV is in the row (= ``len(fill_ids)``)."""
+        return len(self.fill_ids)
+
+    def get_fill_ids(self) -> list[int]:  # SGLang's accessor
+        return self.fill_ids
+
+    def radix_key(self, tokens: Sequence[int] | None = None) -> RadixKey:
+        return RadixKey(self.all_ids if tokens is None else tokens, self.extra_key)
+
+    def __repr__(self) -> str:
+        node = None if self.last_node is None else self.last_node.id
+        return (f"Request({self.rid!r}, {len(self.origin_input_ids)}+{len(self.output_ids)} tokens, "
+                f"seq_len={self.seq_len}, row={self.req_pool_idx}, cached_prefix={len(self.prefix_indices)}, "
+                f"cache_protected_len={self.cache_protected_len}, last_node={node})")
+
+
+def _pools(cache: RadixCache) -> tuple[Any, Any]:
+    if cache.req_to_token_pool is None or cache.token_to_kv_pool_allocator is None:
+        raise ValueError("cache needs req_to_token_pool and token_to_kv_pool_allocator for the request lifecycle")
+    return cache.req_to_token_pool, cache.token_to_kv_pool_allocator
+
+
+def admit(req: Request, cache: RadixCache) -> int:
+    """Steps match → lock → row: returns how many leading tokens the cache already holds.
+
+    Raises RuntimeError (changing nothing but access times and splits) if no row is free.
+    """
+    req_to_token_pool, _ = _pools(cache)
+    if req.req_pool_idx is not None:
+        raise ValueError(f"request {req.rid!r} is already admitted (row {req.req_pool_idx})")
+    if req_to_token_pool.available_size() == 0:
+        req_to_token_pool.alloc()  # raises the pool's "full" error
+    # 1. Longest cached, page-aligned prefix. Keep one token to compute: its logits are the output.
+    result = cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
+    # 2. Lock it: from now on evict() cannot take these slots away from us.
+    cache.inc_lock_ref(result.last_node)
+    # 3. A row of our own; its head points at the tree's slots.
+    req.req_pool_idx = req_to_token_pool.alloc()
+    req_to_token_pool.write(req.req_pool_idx, 0, result.device_indices)
+    req.prefix_indices = result.device_indices.clone()
+    req.last_node = result.last_node
+    req.cache_protected_len = len(result.device_indices)
+    req.fill_ids = req.origin_input_ids[: req.cache_protected_len]
+    return req.cache_protected_len
+
+
+def extend(req: Request, cache: RadixCache, num_tokens: int | None = None) -> bool:
+    """Allocate and write slots for the next ``num_tokens`` tokens (default: the rest of the prompt).
+
+    The token ids come from ``origin_input_ids + output_ids`` (append to ``output_ids`` first to
+    decode). If the allocator is short, the cache evicts just enough unlocked leaves; if it is
+    still short, returns False and nothing changed.
+    """
+    req_to_token_pool, allocator = _pools(cache)
+    if req.req_pool_idx is None:
+        raise ValueError(f"request {req.rid!r} has no row: admit it first")
+    target = req.all_ids
+    if num_tokens is None:
+        num_tokens = max(len(req.origin_input_ids) - req.seq_len, 0)
+    if not isinstance(num_tokens, int) or num_tokens < 0 or req.seq_len + num_tokens > len(target):
+        raise ValueError(f"num_tokens must be in 0 .. {len(target) - req.seq_len} "
+                         f"(tokens not yet in the row), got {num_tokens!r}")
+    if num_tokens == 0:
+        return True
+    start = req.seq_len
+    last_loc = int(req_to_token_pool.req_to_token[req.req_pool_idx, start - 1]) if start else -1
+    slots = allocator.alloc_extend(start, last_loc, num_tokens)
+    if slots is None:  # the pool is short: evict unlocked leaves (SGLang: evict_from_tree_cache)
+        room = min((-start) % allocator.page_size, num_tokens)
+        need = -(-(num_tokens - room) // allocator.page_size) * allocator.page_size
+        cache.evict(need - allocator.available_size())
+        slots = allocator.alloc_extend(start, last_loc, num_tokens)
+        if slots is None:
+            return False
+    req_to_token_pool.write(req.req_pool_idx, start, slots)
+    req.fill_ids = target[: start + num_tokens]
+    return True
+
+
+def release(req: Request, cache: RadixCache) -> None:
+    """The request is done: the cache adopts its KV, the lock goes, the row goes back."""
+    req_to_token_pool, _ = _pools(cache)
+    if req.req_pool_idx is None:
+        raise ValueError(f"request {req.rid!r} holds no row (never admitted, or released twice)")
+    cache.cache_finished_req(req)
+    req_to_token_pool.free(req.req_pool_idx)
+    req.req_pool_idx = None
+    req.finished = True
