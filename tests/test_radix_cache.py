@@ -1,0 +1,171 @@
+"""RadixCache against a brute-force reference: page-aligned, per-namespace longest prefix."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from radixlab.radix_cache import RadixCache, RadixKey, common_prefix_len
+
+
+def brute_match(inserted, query, extra_key, page_size):
+    """(length, slots) the cache must return, from the list of (key, value) inserts in order."""
+    q = list(query)
+    best = 0
+    for key, _ in inserted:
+        if key.extra_key != extra_key:
+            continue
+        n = min(common_prefix_len(tuple(q), key.token_ids), len(key) // page_size * page_size)
+        best = max(best, n // page_size * page_size)
+    slots = []
+    for page_start in range(0, best, page_size):
+        end = page_start + page_size
+        for key, value in inserted:  # the first insert that cached this page owns its slots
+            if key.extra_key == extra_key and len(key) // page_size * page_size >= end \
+                    and list(key.token_ids[:end]) == q[:end]:
+                slots += value[page_start:end]
+                break
+    return best, slots
+
+
+keys = st.tuples(st.lists(st.integers(0, 3), max_size=10), st.sampled_from([None, "lora_a", "lora_b"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.lists(keys, min_size=1, max_size=10), st.lists(keys, max_size=6))
+def test_match_equals_brute_force(page_size, inserts, queries):
+    cache = RadixCache(page_size=page_size)
+    done = []
+    for i, (tokens, ns) in enumerate(inserts):
+        key = RadixKey(tokens, ns)
+        value = [1000 * i + j for j in range(len(tokens))]
+        want_prefix, _ = brute_match(done, tokens, ns, page_size)
+        assert cache.insert(key, value) == want_prefix
+        done.append((key, value))
+        cache.check_invariants()
+    for tokens, ns in queries + inserts:
+        want_len, want_slots = brute_match(done, tokens, ns, page_size)
+        result = cache.match_prefix(RadixKey(tokens, ns))
+        assert len(result.device_indices) == want_len
+        assert result.device_indices.tolist() == want_slots
+        cache.check_invariants()
+        # last_node ends exactly at the match
+        path, node = 0, result.last_node
+        while node is not cache.root_node:
+            path += len(node.key)
+            node = node.parent
+        assert path == want_len
+
+
+def test_lesson4_worked_example():
+    cache = RadixCache(page_size=4)
+    cache.insert(RadixKey([1, 2, 3, 4, 5, 6, 7, 8], "lora_finance"))
+    hit = cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6, 7, 9], "lora_finance"))
+    assert len(hit.device_indices) == 4  # 7 matched -> floor(7/4)*4
+    assert len(cache.match_prefix(RadixKey([1, 2, 3, 4, 5, 6, 7, 9], "lora_medical")).device_indices) == 0
+
+
+def test_namespaces_never_share_a_node():
+    cache = RadixCache()
+    cache.insert(RadixKey([1, 2, 3], "a"))
+    cache.insert(RadixKey([1, 2, 3], "b"))
+    cache.insert(RadixKey([1, 2, 4], "a"))
+    assert len(cache.root_node.children) == 2
+    for node in cache.nodes():
+        ns = node.key.extra_key
+        walk = node
+        while walk is not cache.root_node:
+            assert walk.key.extra_key == ns
+            walk = walk.parent
+    cache.check_invariants()
+
+
+def test_split_slices_values_without_copying():
+    cache = RadixCache()
+    cache.insert([5, 6, 7], [10, 11, 12])
+    original = next(cache.nodes())
+    storage = original.value.untyped_storage().data_ptr()
+    cache.match_prefix([5, 6])  # a mid-edge match splits
+    prefix = next(cache.nodes())
+    assert prefix is not original and original.parent is prefix
+    assert prefix.value.tolist() == [10, 11] and original.value.tolist() == [12]
+    assert prefix.value.untyped_storage().data_ptr() == storage == original.value.untyped_storage().data_ptr()
+
+
+def test_insert_copies_the_callers_indices():
+    cache = RadixCache()
+    row = torch.tensor([7, 8, 9])
+    cache.insert([1, 2, 3], row)
+    row[0] = 99
+    assert cache.match_prefix([1, 2, 3]).device_indices.tolist() == [7, 8, 9]
+
+
+def test_reset_and_text_form():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    cache.insert([1, 2, 4, 5])
+    assert cache.format() == (
+        "root  (#tokens=5, evictable=5, protected=0)\n"
+        "└─ #2 [1, 2] slots=[1, 2] lock_ref=0 t=2\n"
+        "   ├─ #1 [3] slots=[3] lock_ref=0 t=2\n"
+        "   └─ #3 [4, 5] slots=[4, 5] lock_ref=0 t=2")
+    assert cache.total_size() == 5
+    cache.reset()
+    assert cache.total_size() == 0 and cache.num_nodes() == 0 and cache.root_node.id == 0
+
+
+def test_bigram_view_match_is_raw_minus_one():
+    cache = RadixCache(is_eagle=True)
+    cache.insert(RadixKey([1, 2, 3, 4, 5]))
+    assert len(cache.match_prefix(RadixKey([1, 2, 3, 9])).device_indices) == 2  # raw match 3 -> 2 bigrams
+    assert len(RadixKey([1, 2, 3]).to_bigram()) == 2
+
+
+# -- bad input: clear errors naming the argument, nothing changed --------------------------------
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-4, ValueError), (True, TypeError), ("4", TypeError), (2.0, TypeError)])
+def test_page_size_must_be_a_positive_int(bad, exc):
+    with pytest.raises(exc, match="page_size"):
+        RadixCache(page_size=bad)
+
+
+@pytest.mark.parametrize("tokens", [[1.5, 2], ["a", "b"], "abc", [True, 2], 7, torch.tensor([1.0, 2.0])])
+def test_token_ids_must_be_integers(tokens):
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    before = cache.format()
+    with pytest.raises(TypeError, match="token_ids|key"):
+        cache.insert(tokens)
+    with pytest.raises(TypeError, match="token_ids|key"):
+        cache.match_prefix(tokens)
+    assert cache.format() == before
+
+
+@pytest.mark.parametrize("value", [[1, 2], [1, 2, 3, 4], torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, 1, dtype=torch.int64)])
+def test_value_must_match_key(value):
+    cache = RadixCache()
+    cache.insert([1, 2, 9])
+    before = cache.format()
+    with pytest.raises((ValueError, TypeError), match="value"):
+        cache.insert([1, 2, 3], value)
+    assert cache.format() == before  # in particular: no split of [1, 2, 9] happened
+
+
+def test_matching_across_namespaces_is_an_error():
+    with pytest.raises(ValueError, match="extra_key"):
+        RadixKey([1, 2], "a").match(RadixKey([1, 2], "b"))
+
+
+def test_unlock_of_unlocked_node_is_an_error_and_changes_nothing():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    with pytest.raises(ValueError, match="lock_ref"):
+        cache.dec_lock_ref(node)
+    assert (cache.evictable_size(), cache.protected_size()) == (3, 0)
+    other = RadixCache()
+    other.insert([1])
+    with pytest.raises(ValueError, match="node"):
+        cache.inc_lock_ref(other.match_prefix([1]).last_node)
+    assert (cache.evictable_size(), cache.protected_size()) == (3, 0)
