@@ -1,0 +1,58 @@
+"""``python -m radixlab``: demo, doctor, student, bench dispatch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from radixlab.__main__ import main
+from radixlab.demo import run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_replays_the_seed_walkthrough(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    for line in ["Request A ['sys', 'prompt', 'A']:", "  hit length=0  miss length=3",
+                 "  KV={0: 'sys', 1: 'prompt', 2: 'A'}", "Request B ['sys', 'prompt', 'B']:",
+                 "  KV={0: 'sys', 1: 'prompt', 2: 'B'}",
+                 "[check ①] match_prefix(['sys','prompt','A']) → hit_len=3",
+                 "[check ②] shared prefix node ref=2", "[check ③] forked children keys={'A', 'B'}",
+                 "  ✓ suffix node 'A' is separate: key=['A'], last KV token='A'",
+                 "  ✓ suffix node 'B' is separate: key=['B'], last KV token='B'",
+                 "[extra]    match_prefix(['sys','prompt','B']) → hit_len=3 ✓",
+                 "└─ key=['sys', 'prompt']  ref=2  value=None", "   └─ key=['A']  ref=1  value=<kv>",
+                 "   └─ key=['B']  ref=1  value=<kv>", "✅ adv05_radix_prefix_cache passed"]:
+        assert line in out.splitlines(), line
+
+
+def test_demo_fails_loudly_when_the_tree_is_wrong(monkeypatch, capsys):
+    from radixlab import tree as tree_mod
+
+    monkeypatch.setattr(tree_mod.RadixTree, "_split", lambda self, node, idx: None)  # a broken split
+    with pytest.raises(Exception):
+        run(out=lambda *a: None)
+
+
+def test_doctor_reports_the_basics(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for item in ("python", "torch", "cuda", "default device", "graphviz dot", "ipywidgets", "jupyterlab"):
+        assert f"  {item}" in out
+
+
+def test_student_refuses_the_instructor_folder(capsys):
+    assert main(["student", str(ROOT / "notebooks"), "-o", str(ROOT / "notebooks")]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+
+
+def test_unknown_benchmark_is_a_clear_error(capsys):
+    assert main(["bench", "nope"]) == 2
+    assert "unknown benchmark 'nope'" in capsys.readouterr().err
+
+
+def test_module_entry_point_runs():
+    proc = subprocess.run([sys.executable, "-m", "radixlab", "demo"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "passed" in proc.stdout

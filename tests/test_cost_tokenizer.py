@@ -1,0 +1,42 @@
+"""Prefill cost model, the cache-driven serving count, and the bytes tokenizer."""
+
+import pytest
+
+from radixlab.cost import measure_prefill_seconds, prefill_flops, serve_with_cache
+from radixlab.tokenizer import decode, encode
+
+
+def test_prefill_flops_grows_faster_than_linear_and_cache_saves():
+    assert prefill_flops(2048) > 2 * prefill_flops(1024)
+    assert prefill_flops(100, n_cached=900) < prefill_flops(1000)
+    # splitting a prompt into cached + new costs exactly the same in total
+    assert prefill_flops(600) + prefill_flops(400, n_cached=600) == prefill_flops(1000)
+    assert prefill_flops(0) == 0
+
+
+@pytest.mark.parametrize("kwargs, name", [({"n_new": -1}, "n_new"), ({"n_new": 3, "n_cached": 1.5}, "n_cached"),
+                                          ({"n_new": 3, "d_model": -2}, "d_model")])
+def test_prefill_flops_bad_input(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        prefill_flops(**kwargs)
+
+
+def test_serve_with_cache_counts_hits_from_a_real_cache():
+    prompts = [[1, 2, 3, 4], [1, 2, 3, 9], [7, 8], [1, 2, 3, 4, 5]]
+    stats = serve_with_cache(prompts)
+    assert stats.hits == [0, 3, 0, 4]
+    assert (stats.prompt_tokens, stats.reused_tokens, stats.computed_tokens) == (15, 7, 8)
+    assert serve_with_cache(prompts, page_size=2).hits == [0, 2, 0, 4]
+
+
+def test_measure_prefill_seconds_returns_one_time_per_length():
+    times = measure_prefill_seconds([8, 16], d_model=16, n_layers=1, repeats=1)
+    assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_tokenizer_round_trip_and_errors():
+    assert encode("hé") == [104, 195, 169] and decode(encode("hé")) == "hé"
+    with pytest.raises(TypeError, match="text"):
+        encode(b"bytes")
+    with pytest.raises(ValueError, match="token_ids"):
+        decode([300])

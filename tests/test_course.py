@@ -1,0 +1,139 @@
+"""The course contract: notebook structure, stored outputs, student editions and exercise checks."""
+
+import json
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from radixlab.course.catalog import COURSE, course_map
+from radixlab.course.edition import blank_solutions, make_student_edition, student_notebook, strip_markers
+from radixlab.course.execute import execute_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+CHECK_CALL = re.compile(r"^check_\w+\(", re.M)
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    return output.get("data", {}).get("text/plain", "")
+
+
+def _exercise_cells(nb):
+    """Indexes of check cells (a line starting with ``check_...(``)."""
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and CHECK_CALL.search(c.source)]
+
+
+def test_catalog_matches_the_notebooks_folder():
+    assert [p.stem for p in NOTEBOOKS] == [lesson.notebook for lesson in COURSE]
+    assert all(lesson.notebook in course_map() for lesson in COURSE)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_structure_and_stored_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and "Learning goals" in first.source and "Prerequisites" in first.source
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Where this lives in SGLang" in text and "Recap" in text
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        assert cell.execution_count is not None, f"cell {i} is not executed (run make execute-notebooks)"
+        for out in cell.outputs:
+            assert out.output_type != "error", f"cell {i} stores an error"
+            assert not re.search(r" at 0x[0-9a-f]+", _text(out)), f"cell {i} shows a memory address"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_exercise_has_a_passing_check_in_the_instructor_edition(path):
+    nb = nbformat.read(path, as_version=4)
+    solution_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source]
+    checks = _exercise_cells(nb)
+    for i in solution_cells:
+        assert any(0 < j - i <= 3 for j in checks), f"cell {i} has a solution but no check cell after it"
+    for j in checks:
+        verdicts = [_text(o) for o in nb.cells[j].outputs]
+        assert any(v.startswith("✅ Exercise") for v in verdicts), f"check cell {j} did not pass: {verdicts}"
+
+
+def test_blank_solutions_keeps_indentation_and_the_rest():
+    src = "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    return x + y\n    ### END SOLUTION\n"
+    assert blank_solutions(src) == "def f(x):\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()"
+    assert strip_markers(src) == "def f(x):\n    y = 1\n    return x + y"
+    with pytest.raises(ValueError, match="never closed"):
+        blank_solutions("### BEGIN SOLUTION\nx = 1")
+    with pytest.raises(ValueError, match="without"):
+        blank_solutions("x = 1\n### END SOLUTION")
+
+
+def test_student_notebook_removes_answers_and_outputs():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("**Q1** why?"),
+        nbformat.v4.new_markdown_cell("secret reference answer", metadata={"tags": ["solution"]}),
+        nbformat.v4.new_code_cell("def f():\n    ### BEGIN SOLUTION\n    return 42\n    ### END SOLUTION",
+                                  outputs=[nbformat.v4.new_output("stream", text="42")], execution_count=3),
+    ])
+    student = student_notebook(nb)
+    dumped = json.dumps(student)
+    assert "secret" not in dumped and "return 42" not in dumped and "BEGIN SOLUTION" not in dumped
+    assert student.cells[1].source.startswith("**Your answer:**")
+    assert student.cells[2].outputs == [] and student.cells[2].execution_count is None
+    assert "return 42" in nb.cells[2].source  # the input is untouched
+
+
+def test_student_edition_refuses_to_overwrite_instructor_notebooks(tmp_path):
+    with pytest.raises(ValueError, match="out must not be"):
+        make_student_edition(NOTEBOOK_DIR, NOTEBOOK_DIR)
+    with pytest.raises(ValueError, match="out must not be"):
+        make_student_edition(NOTEBOOK_DIR / NOTEBOOKS[0].name, NOTEBOOK_DIR)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "02_cow_split.ipynb").write_bytes((NOTEBOOK_DIR / "02_cow_split.ipynb").read_bytes())
+    with pytest.raises(ValueError, match="out must not be"):
+        make_student_edition(NOTEBOOK_DIR, copy)
+    with pytest.raises(FileNotFoundError, match="src"):
+        make_student_edition(tmp_path / "missing", tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def student_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("student")
+    written = make_student_edition(NOTEBOOK_DIR, out)
+    assert [p.name for p in written] == [p.name for p in NOTEBOOKS]
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_student_edition_has_no_solutions(student_dir, path):
+    nb = nbformat.read(student_dir / path.name, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not any("### BEGIN SOLUTION" in c.source or "### END SOLUTION" in c.source for c in code)
+    assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
+    assert "Reference answer" not in "".join(c.source for c in nb.cells)
+    assert all(not c.outputs and c.execution_count is None for c in code)
+
+
+def _has_exercise(path: Path) -> bool:
+    nb = nbformat.read(path, as_version=4)
+    return any(c.cell_type == "code" and "### BEGIN SOLUTION" in c.source for c in nb.cells)
+
+
+EXERCISE_NOTEBOOKS = [p for p in NOTEBOOKS if _has_exercise(p)]
+
+
+@pytest.mark.parametrize("path", EXERCISE_NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_check_says_not_done_yet_in_the_executed_student_edition(student_dir, path):
+    nb = execute_notebook(student_dir / path.name, timeout=300)  # raises on any cell error
+    instructor = nbformat.read(path, as_version=4)
+    checks = _exercise_cells(nb)
+    assert checks, "exercise notebook without check cells"
+    for j in checks:
+        verdict = "\n".join(_text(o) for o in nb.cells[j].outputs)
+        want_id = re.search(r"Exercise (\d+\.\d+)", "".join(_text(o) for o in instructor.cells[j].outputs)).group(1)
+        assert verdict.startswith(f"⏳ Exercise {want_id}") and "not done yet" in verdict, verdict
+        assert "Traceback" not in verdict

@@ -1,0 +1,105 @@
+"""Tree drawings and step-through replays (pure functions; the widget is a thin wrapper)."""
+
+import shutil
+
+import pytest
+
+from radixlab import RadixCache, RadixKey, RadixTree
+from radixlab.tokenizer import encode, text_label
+from radixlab.viz import draw_tree, match_path, replay, step_through
+from radixlab.viz import trees as trees_mod
+
+A, B = ["sys", "prompt", "A"], ["sys", "prompt", "B"]
+
+
+def seed_tree():
+    t = RadixTree()
+    t.insert(A, "KV_A")
+    t.insert(B, "KV_B")
+    return t
+
+
+def test_text_form_and_deterministic_dot():
+    d1, d2 = draw_tree(seed_tree()), draw_tree(seed_tree())
+    assert d1.text == ("root\n└─ key=['sys', 'prompt']  ref=2  value=None\n"
+                       "   └─ key=['A']  ref=1  value=<kv>\n   └─ key=['B']  ref=1  value=<kv>")
+    assert d1.dot_source == d2.dot_source
+    assert "n1 [label=\"key=['sys', 'prompt']\\nref=2\\nvalue=None\"" in d1.dot_source
+    assert "0x" not in repr(d1)
+
+
+def test_long_edges_are_abbreviated():
+    cache = RadixCache()
+    cache.insert(list(range(1, 38)))
+    text = draw_tree(cache).text
+    assert "[1, 2, 3, 4, 5, 6, 7, … 37] (37 tok)" in text
+    assert "lock_ref=0" in text
+
+
+def test_text_label_for_byte_tokens():
+    assert text_label(encode("hello world, long text"), max_chars=8) == "'hello w…' (22 tok)"
+
+
+def test_highlight_and_split_marks():
+    t = seed_tree()
+    path = match_path(t, A)
+    assert [n.key for n in path] == [["sys", "prompt"], ["A"]]
+    text = draw_tree(t, highlight=path, split=path[1]).text
+    assert "key=['A']  ref=1  value=<kv>  [path]  [created by split]" in text
+    assert "key=['B']  ref=1  value=<kv>\n" not in text.split("[path]")[0]
+
+
+def test_match_path_is_read_only_for_the_cache():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    before = cache.format()
+    assert len(match_path(cache, [1, 2, 9])) == 1
+    assert cache.format() == before
+
+
+def test_replay_marks_the_split_node_for_both_trees():
+    steps = replay(RadixTree(), [("insert", A), ("insert", B), ("match", A)])
+    assert [s.index for s in steps] == [0, 1, 2, 3]
+    assert "key=['A']  ref=1  value=<kv>  [created by split]" in steps[2].drawing.text
+    assert steps[3].result == "hit_len=3"
+    cache = RadixCache()
+    steps = replay(cache, [("insert", [1, 2, 3]), ("insert", RadixKey([1, 2, 4])), ("split", 2, 1), ("match", [1, 2])])
+    assert "#2 [1, 2]  slots=[1, 2]  lock_ref=0  t=2  [created by split]" in steps[2].drawing.text
+    assert "#4" not in steps[2].drawing.text
+    assert "#4 [1]  slots=[1]  lock_ref=0  t=2  [created by split]" in steps[3].drawing.text
+    assert steps[4].result == "2 tokens cached"
+    assert "_split_node" not in vars(cache)  # the spy is removed
+
+
+def test_replay_validates_every_op_before_running_any():
+    t = RadixTree()
+    with pytest.raises(ValueError, match=r"ops\[1\]"):
+        replay(t, [("insert", A), ("delete", A)])
+    assert t.num_nodes() == 0
+    with pytest.raises(TypeError, match="tree"):
+        replay([], [])
+
+
+def test_svg_when_dot_is_installed_and_text_when_not(monkeypatch):
+    drawing = draw_tree(seed_tree())
+    if shutil.which("dot"):
+        svg = drawing._repr_svg_()
+        assert svg.lstrip().startswith("<?xml") and "sys" in svg
+    monkeypatch.setattr(trees_mod, "has_dot", lambda: False)
+    assert drawing._repr_svg_() is None
+    assert repr(drawing).startswith("root")
+
+
+def test_has_dot_without_dot_is_a_notice_not_an_error(monkeypatch, caplog):
+    trees_mod.has_dot.cache_clear()
+    monkeypatch.setattr(trees_mod.shutil, "which", lambda name: None)
+    try:
+        assert trees_mod.has_dot() is False
+        assert "Graphviz 'dot' not found" in caplog.text
+    finally:
+        trees_mod.has_dot.cache_clear()
+
+
+def test_step_through_builds_a_slider(capsys):
+    pytest.importorskip("ipywidgets")
+    assert step_through(RadixTree(), [("insert", A), ("insert", B)]) is None
