@@ -83,14 +83,17 @@ class ReqToTokenPool:
         """Store ``slots`` at ``req_to_token[req_pool_idx, start : start + len(slots)]``."""
         idx = _check_int(req_pool_idx, "req_pool_idx")
         start = _check_int(start, "start")
-        values = _as_index_list(slots, "slots")
+        if isinstance(slots, torch.Tensor) and slots.dim() == 1 and not (slots.dtype.is_floating_point or slots.dtype == torch.bool):
+            values = slots  # fast path: already an index tensor
+        else:
+            values = torch.tensor(_as_index_list(slots, "slots"), dtype=torch.int64)
         if idx >= self.size or idx in self.free_slots:
             raise ValueError(f"req_pool_idx {idx} is not a row in use")
         if start + len(values) > self.max_context_len:
             raise ValueError(f"writing {len(values)} slots at position {start} overflows max_context_len="
                              f"{self.max_context_len}")
-        if values:
-            self.req_to_token[idx, start:start + len(values)] = torch.tensor(values, dtype=torch.int64)
+        if len(values):
+            self.req_to_token[idx, start:start + len(values)] = values.to(self.req_to_token.device)
 
     def row(self, req_pool_idx: int, length: int) -> torch.Tensor:
         """The first ``length`` slot indices of a row (a copy)."""
