@@ -1,0 +1,81 @@
+"""Exercise 05.1 (the eviction loop): the solution passes, a blank and plausible wrong answers fail."""
+
+import heapq
+
+import pytest
+
+from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forgets_parent_loop, ignores_lock_loop,
+                                      initial_heap, locked_parent, reference_evict_loop)
+from radixlab.radix_cache import RadixCache
+
+
+def blank(cache, heap, num_tokens):
+    raise NotImplementedError()
+
+
+def pushes_internal_parent(cache, heap, num_tokens):
+    evicted = 0
+    while evicted < num_tokens and heap:
+        _, node = heapq.heappop(heap)
+        cache.token_to_kv_pool_allocator.free(node.value)
+        evicted += len(node.key)
+        cache._delete_leaf(node)
+        if node.parent is not cache.root_node and node.parent.lock_ref == 0:
+            heapq.heappush(heap, (cache._priority_fn(node.parent), node.parent))
+    return evicted
+
+
+def does_not_free_slots(cache, heap, num_tokens):
+    evicted = 0
+    while evicted < num_tokens and heap:
+        _, node = heapq.heappop(heap)
+        evicted += len(node.key)
+        cache._delete_leaf(node)
+        parent = node.parent
+        if parent is not cache.root_node and not parent.children and parent.lock_ref == 0:
+            heapq.heappush(heap, (cache._priority_fn(parent), parent))
+    return evicted
+
+
+def evicts_everything(cache, heap, num_tokens):
+    return reference_evict_loop(cache, heap, 10**9)
+
+
+def test_reference_passes_and_matches_radix_cache_evict():
+    result = check_evict_loop(reference_evict_loop)
+    assert result.passed and result.score == result.max_score == 11
+    assert repr(result).startswith("✅ Exercise 05.1 (the eviction loop)")
+    for build in (chain, locked_parent, figure_4_1):
+        for n in (0, 1, 3, 6, 100):
+            a, b = build(), build()
+            assert reference_evict_loop(a, initial_heap(a), n) == b.evict(n)
+            assert a.format() == b.format()
+
+
+def test_blank_is_not_done_yet():
+    result = check_evict_loop(blank)
+    assert not result.passed and result.not_done and result.score == 0
+    assert repr(result).startswith("⏳ Exercise 05.1") and "not done yet" in repr(result)
+
+
+def test_forgetting_the_parent_push_fails_and_says_so():
+    result = check_evict_loop(forgets_parent_loop)
+    assert not result.passed and not result.not_done
+    assert repr(result).startswith("❌ Exercise 05.1") and "push it onto the heap" in repr(result)
+
+
+def test_evicting_a_locked_parent_fails_and_says_so():
+    result = check_evict_loop(ignores_lock_loop)
+    assert not result.passed and not result.not_done
+    assert "a live request holds it" in repr(result)
+
+
+@pytest.mark.parametrize("wrong", [pushes_internal_parent, does_not_free_slots, evicts_everything])
+def test_other_wrong_answers_fail(wrong):
+    result = check_evict_loop(wrong)
+    assert not result.passed and not result.not_done and result.score < result.max_score
+
+
+def test_check_rejects_a_non_function():
+    with pytest.raises(TypeError, match="evict_loop"):
+        check_evict_loop(42)
