@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# Pin the torch install path first: a loose 'torch' requirement could pull a multi-GB CUDA build.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e ".[lab,test,browser]"
 	@touch $(STAMP)
 
