@@ -186,3 +186,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nradix match of a {last.prefix_len}-token cached prefix: {last.probe_down_vs_radix:.1f}× faster "
           f"than the probe-down hash lookup, {last.forward_vs_radix:.1f}× faster than the forward walk")
     return 0
+
+
+def plot_lookup_times(rows: Sequence[LookupRow]):
+    """Log-log plot of the three lookups' times against prefix length (notebook 03)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    xs = [r.prefix_len for r in rows]
+    for label, attr, style in [("hash: probe-down (seed)", "probe_down_s", "o-"),
+                               ("hash: forward walk", "forward_s", "s-"),
+                               ("radix: match_prefix", "radix_s", "^-")]:
+        ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
+    ax.minorticks_off()
+    ax.set_yscale("log")
+    ax.set_xlabel("cached prefix length (tokens)")
+    ax.set_ylabel("lookup time (µs, best of N)")
+    ax.set_title("Longest-prefix lookup cost")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig

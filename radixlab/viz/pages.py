@@ -47,7 +47,12 @@ class PageTableView:
             return None
         import graphviz
 
-        bad = {(p, s) for p, s, _, _ in self.overwrites}
+        return graphviz.Source(self.dot_source).pipe(format="svg", encoding="utf-8")
+
+    @property
+    def dot_source(self) -> str:
+        """Graphviz source: one table row per page, A's slots orange, shared blue, B's green, clobbered red."""
+        bad = {(p, s): old for p, s, old, _ in self.overwrites}
         rows = []
         for p in self.pages:
             cells = []
@@ -56,12 +61,13 @@ class PageTableView:
                                                         "#cfe8ff" if "," in p["users"] else
                                                         "#ffe2b8" if p["users"] == "A" else "#d6f5d6")
                 label = "" if slot is None else f"{slot[0]}:{slot[1]}"
+                if (p["page"], s) in bad:
+                    label += f" (A:{bad[(p['page'], s)]} lost)"
                 cells.append(f'<td bgcolor="{color}" width="40">{html.escape(label)}</td>')
             rows.append(f'<tr><td align="left">page {p["page"]} ({html.escape(p["users"])})</td>{"".join(cells)}</tr>')
-        dot = ('digraph pages { node [shape=plaintext, fontname="Helvetica", fontsize=11]; '
-               f't [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">{"".join(rows)}'
-               '</table>>]; }')
-        return graphviz.Source(dot).pipe(format="svg", encoding="utf-8")
+        return ('digraph pages { node [shape=plaintext, fontname="Helvetica", fontsize=11]; '
+                f't [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">{"".join(rows)}'
+                '</table>>]; }')
 
 
 def page_table_view(cached: Sequence[int], query: Sequence[int], page_size: int, align: bool = True) -> PageTableView:
