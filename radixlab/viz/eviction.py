@@ -1,0 +1,189 @@
+"""Lesson 4's figure 4-1, live: the tree, its evictable-leaf heap, and what each ``evict`` frees.
+
+``draw_eviction_state`` renders one state of a ``RadixCache``: locked nodes (blue, with lock_ref),
+evictable leaves (orange, numbered in heap order: 1 is the heap top, the policy's first victim),
+nodes just evicted (red, dashed). ``evict_frames`` and ``lifecycle_frames`` are pure functions that
+return one ``TreeDrawing`` per step (tested; their text form is what notebooks compare);
+``frames_slider`` is the thin ipywidgets wrapper (notebook 05_locks_and_eviction).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable, Mapping, Sequence
+
+from ..radix_cache import RadixCache, TreeNode, abbreviate
+from .trees import TreeDrawing
+
+Labels = Mapping[int, str] | None
+
+
+def _units(node: TreeNode, labels: Labels, max_tokens: int) -> str:
+    units = list(node.key.token_ids)
+    if labels:
+        return "[" + " ".join(labels.get(t, str(t)) for t in units) + "]"
+    return abbreviate(units, max_tokens)
+
+
+def heap_order(cache: RadixCache) -> list[TreeNode]:
+    """Evictable leaves in the order the heap pops them now (smallest policy key first)."""
+    return sorted(cache.evictable_leaves(), key=lambda n: (cache._priority_fn(n), n))
+
+
+def format_heap(cache: RadixCache, labels: Labels = None, max_tokens: int = 8) -> str:
+    """The evictable-leaf heap as text, top first."""
+    order = heap_order(cache)
+    if not order:
+        why = "the tree is empty" if not cache.root_node.children else "every leaf is locked"
+        return f"evictable-leaf heap: empty ({why})"
+    policy = cache.eviction_policy if isinstance(cache.eviction_policy, str) else "custom key"
+    rows = [f"evictable-leaf heap ({policy}: last_access_time, oldest on top):" if policy == "lru"
+            else f"evictable-leaf heap ({policy}):"]
+    for rank, node in enumerate(order, 1):
+        rows.append(f"  {rank}. #{node.id} {_units(node, labels, max_tokens)} t={node.last_access_time} "
+                    f"({len(node.key)} tok)")
+    return "\n".join(rows)
+
+
+def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), caption: str = "",
+                        labels: Labels = None, max_tokens: int = 8, extra: str = "") -> TreeDrawing:
+    """The tree with locks, heap ranks and just-evicted nodes; the heap listed beside it."""
+    rank = {id(n): i for i, n in enumerate(heap_order(cache), 1)}
+    head = (f"root  (evictable={cache.evictable_size()}, protected={cache.protected_size()}, "
+            f"total={cache.total_size()})")
+    text = [head]
+    dot = ["digraph evict {", '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35];',
+           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
+           '  edge [color="#777777"];', f'  n0 [label="{html.escape(head)}", shape=ellipse, fillcolor="#e8e8e8"];']
+    ids = {id(cache.root_node): "n0"}
+    stack = [(1, c) for c in reversed(list(cache.root_node.children.values()))]
+    i = 0
+    while stack:
+        depth, node = stack.pop()
+        stack.extend((depth + 1, c) for c in reversed(list(node.children.values())))
+        i += 1
+        ids[id(node)] = f"n{i}"
+        label = f"#{node.id} {_units(node, labels, max_tokens)}"
+        state = f"lock_ref={node.lock_ref} t={node.last_access_time}"
+        if node.lock_ref > 0:
+            mark, fill = "[locked]", "#cfe0ff"
+        elif id(node) in rank:
+            mark, fill = f"[heap #{rank[id(node)]}]", "#ffd9a8"
+        else:
+            mark, fill = "", "#f7f7f7"
+        text.append("   " * (depth - 1) + "└─ " + "  ".join(x for x in (label, state, mark) if x))
+        dot.append(f'  n{i} [label="{_esc(label)}\\n{_esc(state)}{chr(92) + "n" + _esc(mark) if mark else ""}", '
+                   f'fillcolor="{fill}"];')
+        dot.append(f"  {ids[id(node.parent)]} -> n{i};")
+    for j, node in enumerate(evicted):
+        label = f"#{node.id} {_units(node, labels, max_tokens)}"
+        dot.append(f'  x{j} [label="{_esc(label)}\\nevicted", fillcolor="#ffc9c9", style="rounded,filled,dashed"];')
+        parent = ids.get(id(node.parent))
+        if parent is not None:
+            dot.append(f'  {parent} -> x{j} [style=dashed, color="#cc3333"];')
+    if evicted:
+        text.append("evicted: " + ", ".join(f"#{n.id} {_units(n, labels, max_tokens)} ({len(n.key)} tok)" for n in evicted))
+    heap_text = format_heap(cache, labels, max_tokens)
+    text.append(heap_text)
+    if extra:
+        text.append(extra)
+    side = "\\l".join(_esc(line) for line in ([*heap_text.splitlines()] + (extra.splitlines() if extra else []))) + "\\l"
+    dot.append(f'  heap [shape=note, fillcolor="#fffbe6", fontname="Courier", label="{side}"];')
+    dot.append("}")
+    return TreeDrawing("\n".join(text), "\n".join(dot), caption)
+
+
+def _esc(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def traced_evict(cache: RadixCache, num_tokens: int) -> tuple[int, list[TreeNode]]:
+    """``cache.evict(num_tokens)``, also returning the nodes it deleted, in pop order."""
+    popped: list[TreeNode] = []
+    real = cache._delete_leaf
+
+    def spy(node: TreeNode) -> None:
+        popped.append(node)
+        real(node)
+
+    cache._delete_leaf = spy  # type: ignore[method-assign]
+    try:
+        freed = cache.evict(num_tokens)
+    finally:
+        del cache._delete_leaf
+    return freed, popped
+
+
+def evict_frames(cache: RadixCache, requests: Sequence[int], labels: Labels = None,
+                 max_tokens: int = 8) -> list[TreeDrawing]:
+    """Frame 0: the cache now; then one frame per ``evict(n)`` for n in ``requests`` (mutates ``cache``)."""
+    frames = [draw_eviction_state(cache, caption="before any evict", labels=labels, max_tokens=max_tokens)]
+    for k, n in enumerate(requests, 1):
+        freed, popped = traced_evict(cache, n)
+        free = cache.token_to_kv_pool_allocator.available_size() if cache.token_to_kv_pool_allocator else None
+        names = ", ".join(f"#{x.id}" for x in popped) or "nothing"
+        caption = f"evict #{k}: evict({n}) → freed {freed} tokens ({names})" + (
+            f"; allocator has {free} free slots" if free is not None else "")
+        frames.append(draw_eviction_state(cache, evicted=popped, caption=caption, labels=labels, max_tokens=max_tokens))
+    return frames
+
+
+def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tokens: int = 8) -> list[TreeDrawing]:
+    """One request's life, one frame per step: match → lock → alloc → prefill → insert → unlock.
+
+    Drives the real objects (``radixlab.request``); ``cache`` needs both pools. Mutates both.
+    """
+    from ..request import extend
+
+    pool, alloc = cache.req_to_token_pool, cache.token_to_kv_pool_allocator
+    frames: list[TreeDrawing] = []
+
+    def snap(caption: str, extra: str = "") -> None:
+        row = pool.row(req.req_pool_idx, req.seq_len).tolist() if req.req_pool_idx is not None else None
+        info = [f"free KV slots: {alloc.available_size()}"]
+        if row is not None:
+            info.append(f"req_to_token[{req.req_pool_idx}] = {abbreviate(row, 12)}")
+        frames.append(draw_eviction_state(cache, caption=caption, labels=labels, max_tokens=max_tokens,
+                                          extra="\n".join(info + ([extra] if extra else []))))
+
+    snap(f"0. request {req.rid!r} arrives ({len(req.origin_input_ids)} prompt tokens)")
+    result = cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
+    snap(f"1. match_prefix → {len(result.device_indices)} tokens cached, last_node=#{result.last_node.id}")
+    cache.inc_lock_ref(result.last_node)
+    req.req_pool_idx = pool.alloc()
+    pool.write(req.req_pool_idx, 0, result.device_indices)
+    req.prefix_indices, req.last_node = result.device_indices.clone(), result.last_node
+    req.cache_protected_len = len(result.device_indices)
+    req.fill_ids = req.origin_input_ids[: req.cache_protected_len]
+    snap(f"2. inc_lock_ref(#{result.last_node.id}) and a row in req_to_token_pool: the prefix is protected")
+    n_new = len(req.all_ids) - req.seq_len
+    if not extend(req, cache, n_new):
+        raise RuntimeError("not enough KV slots for this request even after evicting")
+    snap(f"3. alloc {n_new} slots for the new tokens (evicting if short), written into the row")
+    snap("4. prefill + decode: the model writes K/V into those slots (no tree change)")
+    before = cache.total_size()
+    cache.cache_finished_req(req)
+    snap(f"5. cache_finished_req: insert adds {cache.total_size() - before} tokens, duplicates and tail freed, "
+         "dec_lock_ref: the path is evictable again")
+    pool.free(req.req_pool_idx)
+    req.req_pool_idx = None
+    snap("6. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
+    return frames
+
+
+def frames_slider(frames: Sequence[TreeDrawing], description: str = "step") -> None:
+    """A slider over precomputed frames (its output is ignored by nbval; the frames are tested)."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description=description, continuous_update=False)
+    out = widgets.Output()
+
+    def show(change: Any = None) -> None:
+        out.clear_output(wait=True)
+        with out:
+            display(frames[slider.value])
+
+    slider.observe(show, names="value")
+    show()
+    display(widgets.VBox([slider, out]))

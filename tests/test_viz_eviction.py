@@ -1,0 +1,72 @@
+"""Figure 4-1 live: the eviction-state drawing, the evict frames and the request-life frames."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.radix_cache import RadixCache
+from radixlab.request import Request, admit, extend, release
+from radixlab.viz.eviction import (draw_eviction_state, evict_frames, format_heap, heap_order, lifecycle_frames,
+                                   traced_evict)
+
+
+def cache_with(*prompts, size=32):
+    alloc, pool = TokenToKVPoolAllocator(size), ReqToTokenPool(4, 32)
+    cache = RadixCache(token_to_kv_pool_allocator=alloc, req_to_token_pool=pool)
+    for i, p in enumerate(prompts):
+        r = Request(str(i), p)
+        admit(r, cache), extend(r, cache), release(r, cache)
+    return cache
+
+
+def test_heap_order_is_oldest_leaf_first_and_skips_locked_leaves():
+    cache = cache_with([1, 2, 3, 4], [1, 2, 7, 8], [9, 9])
+    assert [n.key.token_ids for n in heap_order(cache)] == [(3, 4), (7, 8), (9, 9)]
+    cache.inc_lock_ref(cache.match_prefix([9, 9]).last_node)
+    assert [n.key.token_ids for n in heap_order(cache)] == [(3, 4), (7, 8)]
+    assert "1. #" in format_heap(cache) and "oldest on top" in format_heap(cache)
+
+
+def test_empty_heap_says_why():
+    assert "tree is empty" in format_heap(RadixCache())
+    cache = cache_with([5, 5])
+    cache.inc_lock_ref(cache.match_prefix([5, 5]).last_node)
+    assert "every leaf is locked" in format_heap(cache)
+
+
+def test_drawing_marks_locked_heap_and_evicted_nodes():
+    cache = cache_with([1, 2, 3, 4], [1, 2, 7, 8])
+    cache.inc_lock_ref(cache.match_prefix([1, 2, 7, 8]).last_node)
+    freed, popped = traced_evict(cache, 1)
+    assert freed == 2 and [n.key.token_ids for n in popped] == [(3, 4)]
+    d = draw_eviction_state(cache, evicted=popped, labels={1: "a", 2: "b"})
+    assert "[a b]" in d.text and "[locked]" in d.text and "evicted: #" in d.text
+    assert "digraph" in d.dot_source and "dashed" in d.dot_source
+
+
+def test_evict_frames_one_per_call_and_captions_say_what_was_freed():
+    cache = cache_with([1, 2, 3, 4], [1, 2, 7, 8], [9, 9])
+    frames = evict_frames(cache, [2, 100])
+    assert len(frames) == 3
+    assert frames[1].caption.startswith("evict #1: evict(2) → freed 2 tokens")
+    assert "freed 6 tokens" in frames[2].caption and cache.total_size() == 0
+    assert "allocator has 32 free slots" in frames[2].caption
+
+
+def test_lifecycle_frames_walk_the_steps_and_leave_nothing_locked():
+    cache = cache_with([1, 2, 3, 4, 5])
+    alloc = cache.token_to_kv_pool_allocator
+    frames = lifecycle_frames(cache, Request("B", [1, 2, 3, 9, 9]))
+    captions = [f.caption for f in frames]
+    assert len(frames) == 7 and captions[1].startswith("1. match_prefix → 3 tokens cached")
+    assert "[locked]" in frames[2].text and "[locked]" not in frames[-1].text
+    assert cache.protected_size() == 0 and alloc.available_size() == 32 - 7
+    assert cache.req_to_token_pool.available_size() == 4
+
+
+def test_lifecycle_frames_fail_cleanly_without_memory():
+    cache = cache_with(size=4)
+    cache.inc_lock_ref(cache.root_node)
+    with pytest.raises(RuntimeError, match="not enough KV slots"):
+        lifecycle_frames(cache, Request("big", list(range(9))))
