@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,8 +64,20 @@ class Exercise:
 @dataclass
 class Question:
     label: str
-    text: str
+    text: str  # the whole markdown cell before the reference answer (to find it in a submission)
+    prompt: str  # the question itself: the paragraphs from its label on
     reference: str
+    points: float | None = None  # the solution cell's metadata {"radixlab": {"points": N}} overrides the rubric
+
+
+def _question(cell_source: str, k: int) -> tuple[str, str]:
+    """(label, prompt): "Q2" from "**Q2 (lesson 4).** Why ...", else a bold lead like "Follow-up", else "Qk"."""
+    paras = [p.strip() for p in re.split(r"\n\s*\n", cell_source) if p.strip()] or [""]
+    at = next((i for i in range(len(paras) - 1, -1, -1) if re.search(r"\bQ\d+\b", paras[i])), len(paras) - 1)
+    prompt = "\n\n".join(paras[at:])
+    label = re.search(r"\bQ\d+\b", prompt)
+    lead = re.match(r"\*\*([^*]{1,40}?)[.:：]?\*\*", prompt)
+    return (label.group(0) if label else lead.group(1).strip() if lead else f"Q{k}"), prompt
 
 
 @dataclass
@@ -101,8 +114,9 @@ def load_lesson(path: Path) -> Lesson:
     for i, cell in enumerate(nb.cells):
         if SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
             prev = nb.cells[i - 1].source.strip() if i > 0 else ""
-            label = re.search(r"\bQ\d+\b", prev)
-            questions.append(Question(label.group(0) if label else f"Q{len(questions) + 1}", prev, cell.source.strip()))
+            label, prompt = _question(prev, len(questions) + 1)
+            points = cell.get("metadata", {}).get("radixlab", {}).get("points")
+            questions.append(Question(label, prev, prompt, cell.source.strip(), points))
         if cell.cell_type != "code":
             continue
         calls = CHECK_CALL.findall(cell.source)
@@ -179,7 +193,7 @@ async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: 
                             on_cell_executed=lambda cell, cell_index, execute_reply: replies.__setitem__(cell_index, execute_reply))
     t0 = time.monotonic()
     try:
-        async with client.async_setup_kernel():
+        async with client.async_setup_kernel(stderr=subprocess.DEVNULL):  # no kernel warnings per student
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code" or not cell.source.strip():
                     continue
@@ -219,10 +233,13 @@ async def _collect(client, ex: Execution, after_cell: int) -> bool:
     """Read RESULTS from the kernel; remember which cell produced each new exercise verdict."""
     probe = nbformat.v4.new_code_cell(COLLECT)
     client.timeout = 15
+    client.nb.cells.append(probe)  # nbclient stores the executed cell back at its index
     try:
-        await asyncio.wait_for(client.async_execute_cell(probe, len(client.nb.cells), store_history=False), 45)
+        await asyncio.wait_for(client.async_execute_cell(probe, len(client.nb.cells) - 1, store_history=False), 45)
     except asyncio.TimeoutError:
         return False
+    finally:
+        client.nb.cells.pop()
     text = "".join(_text(o) for o in probe.outputs)
     if MARK not in text:  # the probe itself timed out: the kernel is still stuck in the student's cell
         return False
@@ -262,7 +279,7 @@ def _score_exercise(exp: Exercise, ex: Execution, sub: nbformat.NotebookNode, ru
         row["status"] = "passed" if not failed else "failed"
         row["reason"] = "; ".join(f"{'hidden ' if c['hidden'] else ''}'{c['name']}': {c['message']}" for c in failed)
         return row
-    calls = [i for i, c in enumerate(sub.cells) if c.cell_type == "code" and exp.check and exp.check in c.source]
+    calls = [i for i, c in enumerate(sub.cells) if c.cell_type == "code" and exp.check in CHECK_CALL.findall(c.source)]
     if not calls:
         row.update(status="missing", reason=f"check cell missing: no cell calls {exp.check or 'its check'}() (deleted?)")
         return row
@@ -313,10 +330,14 @@ def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_t
         report["execution"] = {k: v for k, v in asdict(ex).items() if k not in ("results", "result_cell")}
     ex = ex or Execution(stopped=report["execution"]["stopped"])
     report["exercises"] = [_score_exercise(e, ex, sub, rubric) for e in lesson.exercises]
+    if report["status"] == "unreadable":
+        for row in report["exercises"]:
+            row.update(status="unreadable", reason="the submission is not a readable notebook")
     for q in lesson.questions:
         status, answer = _answer(q, lesson, sub)
-        report["questions"].append({"label": q.label, "question": q.text, "status": status, "answer": answer,
-                                    "max_points": rubric["question"], "reference": q.reference})
+        report["questions"].append({"label": q.label, "question": q.prompt, "status": status, "answer": answer,
+                                    "max_points": rubric["question"] if q.points is None else q.points,
+                                    "reference": q.reference})
     auto = sum(r["points"] for r in report["exercises"])
     auto_max = sum(r["max_points"] for r in report["exercises"])
     manual_max = sum(r["manual_points_max"] for r in report["exercises"]) + sum(q["max_points"] for q in report["questions"])
@@ -331,6 +352,25 @@ def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_t
 def _short(s: str, n: int) -> str:
     s = " ".join(s.split())
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _question_text(q: dict) -> str:
+    """The question without markdown emphasis and without its own label ("**Q1** Why ..." -> "Why ...")."""
+    text = re.sub(r"\*\*|__|[*#`>]", "", q["question"]).strip()
+    return re.sub(rf"^{re.escape(q['label'])}[\s.:：]*", "", text).strip() or text
+
+
+def summary(reports: list[dict]) -> str:
+    """One line per submission: the gradebook view of a batch."""
+    rows = [("submission", "lesson", "auto", "manual", "notes")]
+    for r in reports:
+        notes = [f"{e['exercise']} {e['status']}" for e in r["exercises"] if e["status"] != "passed"]
+        notes += [f"cell {e['cell']} {e['ename']}" for e in r["execution"].get("errors", [])]
+        notes = r["execution"].get("stopped", "") or ", ".join(notes)
+        rows.append((Path(r["submission"]).name, r["lesson"], f"{r['auto_points']:g}/{r['auto_max']:g}",
+                     f"_/{r['manual_max']:g}", _short(notes, 60)))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows)
 
 
 def format_report(rep: dict) -> str:
@@ -353,7 +393,7 @@ def format_report(rep: dict) -> str:
             rows.append(("  boundary cases (hidden)", "", f"{r['boundary']:g}", ""))
         rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
     for q in rep["questions"]:
-        rows.append((f"{q['label']} {_short(q['question'].lstrip('#* '), 40)}", "written", f"_/{q['max_points']:g}",
+        rows.append((f"{q['label']} {_short(_question_text(q), 40)}", "written", f"_/{q['max_points']:g}",
                      q["status"] if q["status"] != "answered" else f"answered ({len(q['answer'].split())} words)"))
     if len(rows) == 1:
         rows.append(("(nothing to grade in this lesson)", "", "", ""))
@@ -363,7 +403,7 @@ def format_report(rep: dict) -> str:
     lines.append(f"   automatic {rep['auto_points']:g}/{rep['auto_max']:g}, manual _/{rep['manual_max']:g}, "
                  f"total _/{rep['total_max']:g} (pass at {rep['pass_mark']:g})")
     for q in rep["questions"]:
-        lines.append(f"   --- {q['label']} ({q['max_points']:g} pt): {_short(q['question'], 100)}")
+        lines.append(f"   --- {q['label']} ({q['max_points']:g} pt): {_short(_question_text(q), 100)}")
         lines.extend("       " + l for l in (q["answer"].splitlines() or [""]))
     return "\n".join(lines)
 
@@ -407,7 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         rep = grade_submission(s, lesson, args.timeout, args.total_timeout)
         reports.append(rep)
         if args.json_out != "-":
-            print(format_report(rep), flush=True)
+            print(format_report(rep) + "\n", flush=True)
+    if len(reports) > 1 and args.json_out != "-":
+        print(summary(reports))
     doc = {"grader": "radixlab", "rubric": "code: main 2 + boundary 1 (auto) + mapping 1 (manual); questions 2 each",
            "reports": reports}
     if args.json_out == "-":
