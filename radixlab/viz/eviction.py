@@ -55,6 +55,8 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
     dot = ["digraph evict {", '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35];',
            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
            '  edge [color="#777777"];', f'  n0 [label="{html.escape(head)}", shape=ellipse, fillcolor="#e8e8e8"];']
+    if caption:
+        dot.insert(2, f'  graph [label="{_esc(caption)}", labelloc=t, labeljust=l, fontname="Helvetica", fontsize=12];')
     ids = {id(cache.root_node): "n0"}
     stack = [(1, c) for c in reversed(list(cache.root_node.children.values()))]
     i = 0
@@ -187,3 +189,34 @@ def frames_slider(frames: Sequence[TreeDrawing], description: str = "step") -> N
     slider.observe(show, names="value")
     show()
     display(widgets.VBox([slider, out]))
+
+
+POLICY_STYLE = {"lru": ("#1f77b4", "o", "-"), "lfu": ("#2ca02c", "s", "-"), "fifo": ("#9467bd", "^", "-"),
+                "belady": ("#d62728", "*", "--")}
+
+
+def plot_hit_rates(results: Mapping[str, Mapping[str, Sequence[Any]]], fractions: Sequence[float],
+                   ceilings: Mapping[str, float] | None = None):
+    """One panel per workload: hit rate vs cache capacity (as a fraction of the working set), per policy.
+
+    ``results[workload][policy]`` is a list of ``SimResult`` (one per fraction), as ``eviction_sim.sweep``
+    returns; ``ceilings[workload]`` (optional) draws the unbounded-cache hit rate. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), sharey=True, squeeze=False)
+    for ax, (name, by_policy) in zip(axes[0], results.items()):
+        for policy, rows in by_policy.items():
+            color, marker, style = POLICY_STYLE.get(policy, ("#555555", ".", "-"))
+            label = "Belady (offline)" if policy == "belady" else policy.upper()
+            ax.plot([100 * f for f in fractions], [100 * r.hit_rate for r in rows], style, color=color,
+                    marker=marker, label=label)
+        if ceilings and name in ceilings:
+            ax.axhline(100 * ceilings[name], color="#999999", lw=1, ls=":", label="unbounded cache")
+        ax.set_title(name.replace("_", " "))
+        ax.set_xlabel("capacity (% of working set)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("prompt tokens hit (%)")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
