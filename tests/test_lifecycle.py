@@ -152,7 +152,7 @@ class Lifecycle(RuleBasedStateMachine):
         assert self.pool.available_size() == self.pool.size, "request rows leaked"
 
 
-Lifecycle.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+Lifecycle.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
                                        suppress_health_check=[HealthCheck.too_slow])
 TestLifecycle = Lifecycle.TestCase
 
@@ -345,4 +345,22 @@ def test_extend_bad_num_tokens_raises_and_changes_nothing():
     for bad in (-1, 4, 1.5):
         with pytest.raises(ValueError, match="num_tokens"):
             extend(r, cache, bad)
+    assert same(before, snapshot(cache, alloc, pool))
+
+
+def test_evict_and_lock_bad_arguments_change_nothing():
+    cache, alloc, pool = make()
+    r = Request("a", [1, 2, 3])
+    admit(r, cache), extend(r, cache), release(r, cache)
+    other, _, _ = make()
+    other.insert([4, 5])
+    before = snapshot(cache, alloc, pool)
+    with pytest.raises(ValueError, match="num_tokens"):
+        cache.evict(-1)
+    with pytest.raises(TypeError, match="num_tokens"):
+        cache.evict(2.0)
+    with pytest.raises(ValueError, match="does not belong"):
+        cache.inc_lock_ref(next(other.nodes()))
+    with pytest.raises(TypeError, match="TreeNode"):
+        cache.dec_lock_ref("node")
     assert same(before, snapshot(cache, alloc, pool))
