@@ -24,7 +24,7 @@ Two lookups, both counting their work (``hash_computations``, ``dict_probes``) s
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
 import torch
@@ -116,7 +116,6 @@ class HashCacheStats:
     hash_computations: int = 0
     dict_probes: int = 0
     collisions: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class HashPrefixCache:
