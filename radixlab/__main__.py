@@ -12,6 +12,7 @@ import sys
 BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash probe-down vs hash forward walk vs radix match, by prefix length"),
+    "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 05)"),
 }
 
 
