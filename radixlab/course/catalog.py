@@ -27,7 +27,7 @@ COURSE = [
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
            "the step13 chained-hash cache, lookup cost 1k–32k tokens, block granularity, when to use which", "adv05 + lesson 4"),
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 25,
-           "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q2)", "lesson 4"),
+           "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
     Lesson("05_locks_and_eviction", "Lock references, eviction and the request lifecycle", 25,
            "lock_ref, evictable vs protected, heap eviction, cache_finished_req, LRU vs Belady", "lesson 4 + adv05 Q2"),
 ]
