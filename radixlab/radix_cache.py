@@ -589,6 +589,8 @@ class RadixCache:
         Inserts ``req.fill_ids``, frees our duplicates, rewrites our row to point at the tree's
         slots, and moves our lock from the old ``last_node`` to the node where ``fill_ids`` ends.
         The unaligned tail stays ours (it is in ``req.prefix_indices``, not in the tree).
+        ``chunked`` is SGLang's flag (there it stops a request's own chunks from inflating LFU hit
+        counts); here it is accepted and ignored.
         """
         allocator, row = self._lifecycle_args(req)
         kv_indices = row[: req.seq_len]

@@ -6,7 +6,6 @@ import pytest
 
 from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forgets_parent_loop, ignores_lock_loop,
                                       initial_heap, locked_parent, reference_evict_loop)
-from radixlab.radix_cache import RadixCache
 
 
 def blank(cache, heap, num_tokens):

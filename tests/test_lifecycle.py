@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
 from radixlab.radix_cache import RadixCache
@@ -364,3 +364,17 @@ def test_evict_and_lock_bad_arguments_change_nothing():
     with pytest.raises(TypeError, match="TreeNode"):
         cache.dec_lock_ref("node")
     assert same(before, snapshot(cache, alloc, pool))
+
+
+def test_finish_without_insert_frees_all_own_slots():
+    cache, alloc, pool = make()
+    a = Request("a", [1, 2, 3])
+    admit(a, cache), extend(a, cache), release(a, cache)
+    b = Request("b", [1, 2, 3, 4, 5])
+    admit(b, cache), extend(b, cache)
+    nodes = lambda: [(n.key.token_ids, n.value.tolist()) for n in cache.nodes()]
+    before = nodes()
+    cache.cache_finished_req(b, is_insert=False)  # e.g. an aborted request: nothing enters the tree
+    pool.free(b.req_pool_idx)
+    assert nodes() == before
+    assert cache.total_size() == 3 and cache.protected_size() == 0 and alloc.available_size() == 32 - 3

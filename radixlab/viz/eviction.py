@@ -10,7 +10,7 @@ return one ``TreeDrawing`` per step (tested; their text form is what notebooks c
 from __future__ import annotations
 
 import html
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..radix_cache import RadixCache, TreeNode, abbreviate
 from .trees import TreeDrawing
