@@ -45,6 +45,22 @@ test-unit: setup
 test-notebooks: setup
 	$(PY) -m pytest $(PYTEST_NBVAL) $(NOTEBOOKS)
 
+# The course in a real browser: JupyterLab + Chromium (Playwright), instructor and student editions.
+# Screenshots of every notebook go to build/screenshots/. Never runs `playwright install`: it drives
+# the system Chromium (Debian's package; RADIXLAB_CHROMIUM=/path/to/chromium to use another).
+test-browser: setup
+	@if [ -n "$$RADIXLAB_CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Chromium with apt-get..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver fonts-noto-color-emoji >/dev/null; \
+	else \
+		echo "Chromium is missing: install it ('sudo apt-get install chromium' on Debian) or set RADIXLAB_CHROMIUM."; \
+		exit 1; \
+	fi
+	@$(PY) -c "import playwright" 2>/dev/null || $(PY) -m pip install --quiet "playwright>=1.45"
+	RADIXLAB_BROWSER=1 $(PY) -m pytest tests/browser -v
+
 # For authors: re-execute the stored notebooks in place after editing them.
 execute-notebooks: setup
 	$(PY) -m radixlab.course.execute $(NOTEBOOKS)
