@@ -231,3 +231,15 @@ def test_every_course_notebook_is_gradable():
         assert len(lesson.questions) == len(solutions)
         assert all(q.prompt for q in lesson.questions), f"{path.name}: a reference answer without a question before it"
         assert grade.find_lesson(path, [lesson]) is lesson
+
+
+def test_ci_workflow_for_course_repositories():
+    """The ready-made workflow parses, runs strict nbval on notebooks/ and builds and grades the student edition."""
+    yaml = pytest.importorskip("yaml")
+    path = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "notebooks.yml"
+    flow = yaml.safe_load(path.read_text())
+    runs = "\n".join(step.get("run", "") for job in flow["jobs"].values() for step in job["steps"])
+    assert "--nbval " in runs and "--nbval-lax" not in runs and "tests/nbval_sanitize.cfg" in runs
+    assert "radixlab student notebooks -o build/student" in runs
+    assert "radixlab grade build/student/" in runs
+    assert "make test-browser" in runs and "playwright install" not in runs

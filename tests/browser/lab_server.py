@@ -5,7 +5,8 @@ runtime, data, settings, workspaces and IPython dirs (so nothing of the user's J
 in and nothing is left behind). Lab extensions and the ``python3`` kernel are still found: they live
 under ``sys.prefix/share/jupyter``, which Jupyter searches whatever the data dir is. The app object
 is exposed in the browser (``window.jupyterapp``) so the tests can read kernel status and outputs.
-The server is stopped by its own PID (and its process group: the kernels it started).
+The server is stopped by its own PID: SIGTERM (it shuts its kernels down), then SIGKILL to its process
+group if it hangs; a kernel left behind exits by itself when its parent is gone (ipykernel's parent poller).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class LabServer:
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI runners
             cmd.append("--allow-root")
         with open(self.log, "wb") as log:
-            # Own session: the kernels it starts share its process group, so a kill reaches them too.
+            # Own session and process group: a SIGKILL to the group cannot reach pytest or the browser.
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
                                          start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout
@@ -90,7 +91,7 @@ class LabServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=15)
         if self.proc is not None:
-            try:  # kernels that outlived the server (same process group, started by it)
+            try:  # helpers of the server still in its process group
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
@@ -109,8 +110,9 @@ class LabServer:
         return f"http://127.0.0.1:{self.port}"
 
     def url(self, path: str) -> str:
-        """The JupyterLab URL that opens ``path`` (relative to the root dir)."""
-        return f"{self.base}/lab/tree/{path}?token={self.token}"
+        """The JupyterLab URL that opens ``path`` (relative to the root dir) alone (``reset``: no tabs
+        restored from the previous page's workspace)."""
+        return f"{self.base}/lab/tree/{path}?reset&token={self.token}"
 
     def api(self, path: str, method: str = "GET"):
         req = urllib.request.Request(f"{self.base}/api/{path}", method=method,

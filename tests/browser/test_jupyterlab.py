@@ -44,9 +44,9 @@ RUN_TIMEOUT_MS = 240_000  # one notebook, run all, on a slow 2-core machine
 
 # -- JavaScript run in the page (window.jupyterapp is exposed by the server flag) -----------------
 
-JS_READY = """() => {
+JS_READY = """path => {
   const app = window.jupyterapp; const p = app && app.shell.currentWidget;
-  if (!p || !p.sessionContext || !p.content || !p.context.isReady) return false;
+  if (!p || !p.sessionContext || !p.content || !p.context.isReady || p.context.path !== path) return false;
   const k = p.sessionContext.session && p.sessionContext.session.kernel;
   return !!k && k.status === 'idle' && p.content.widgets.length > 0;
 }"""
@@ -147,7 +147,8 @@ def wait_idle(page, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
 
 def open_and_run(page, lab: LabServer, rel: str) -> list[dict]:
     page.goto(lab.url(rel), wait_until="domcontentloaded")
-    page.wait_for_function(JS_READY, timeout=120_000, polling=500)
+    page.wait_for_function(JS_READY, arg=rel, timeout=120_000, polling=500)
+    assert page.locator(".jp-NotebookPanel").count() == 1, "other notebooks were restored into this page"
     page.evaluate("() => { window.jupyterapp.shell.collapseLeft(); window.jupyterapp.shell.collapseRight(); }")
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").first.click(position={"x": 5, "y": 5})
     menu(page, "Edit", "Clear Outputs of All Cells")
@@ -186,10 +187,9 @@ def errors(cells: list[dict], upto: int | None = None) -> list[str]:
     return found
 
 
-def move_first_slider(page) -> None:
-    """Press → on the first slider; the widget output beside it must change."""
-    slider = page.locator(".jp-OutputArea-output .widget-slider").first
-    slider.wait_for(state="visible", timeout=60_000)
+def move_slider(page, slider) -> None:
+    """Press → on ``slider``; the widget output beside it must change."""
+    slider.wait_for(state="attached", timeout=60_000)
     output_of = """s => { const box = s.closest('.widget-box') || s.closest('.jp-OutputArea');
                           return [...box.querySelectorAll('.widget-output')].map(o => o.innerHTML).join('|'); }"""
     readout = slider.locator(".widget-readout")
@@ -237,7 +237,10 @@ def test_instructor_edition(page, lab, nb: Path):
         if any(HAS_SLIDER.search(s) for s in src):
             body = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").text_content()
             assert "Loading widget" not in body and "Error displaying widget" not in body, "widgets did not render"
-            move_first_slider(page)
+            sliders = page.locator(".jp-OutputArea-output .widget-slider")
+            assert sliders.count() >= 1, "the notebook has sliders but none rendered"
+            for k in range(sliders.count()):
+                move_slider(page, sliders.nth(k))
     finally:
         screenshot(page, SHOTS / "instructor" / f"{nb.stem}.png")
 
