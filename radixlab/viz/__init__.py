@@ -4,4 +4,5 @@ from .trees import TreeDrawing, draw_tree, has_dot, match_path
 from .replay import Step, replay, step_through
 from .eviction import draw_eviction_state, evict_frames, frames_slider, lifecycle_frames  # notebook 05
 
-__all__ = ["TreeDrawing", "draw_tree", "has_dot", "match_path", "Step", "replay", "step_through"]
+__all__ = ["TreeDrawing", "draw_tree", "has_dot", "match_path", "Step", "replay", "step_through",
+           "draw_eviction_state", "evict_frames", "frames_slider", "lifecycle_frames"]
