@@ -113,6 +113,9 @@ class RadixCache:
         self.root_node.lock_ref = 1  # the root is never evictable
         self.evictable_size_ = 0
         self.protected_size_ = 0
+        # Unlocked leaves, kept up to date on every change (as SGLang's ``evictable_leaves``), so
+        # ``evict`` starts from them instead of walking the whole tree.
+        self.evictable_leaves_: set[TreeNode] = set()
 
     def match_prefix(self, key: RadixKey | Sequence[int]) -> MatchResult:
         """Longest cached, page-aligned prefix of ``key`` in its namespace.
@@ -149,6 +152,7 @@ class RadixCache:
                 self.protected_size_ += len(node.key)
                 delta -= len(node.key)
             node.lock_ref += 1
+            self._update_leaf_status(node)
             node = node.parent
         return delta
 
@@ -168,6 +172,7 @@ class RadixCache:
                 self.protected_size_ -= len(node.key)
                 delta += len(node.key)
             node.lock_ref -= 1
+            self._update_leaf_status(node)
             node = node.parent
         return delta
 
@@ -183,7 +188,7 @@ class RadixCache:
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         # 1. Every unlocked leaf is a candidate, keyed by the eviction policy (lru: oldest first).
-        heap = [(self._priority_fn(n), n) for n in self.evictable_leaves()]
+        heap = [(self._priority_fn(n), n) for n in self.evictable_leaves_]
         heapq.heapify(heap)
         evicted = 0
         while evicted < num_tokens and heap:
@@ -213,8 +218,8 @@ class RadixCache:
         return sum(len(n.key) for n in self.nodes())
 
     def evictable_leaves(self) -> list[TreeNode]:
-        """Leaves with ``lock_ref == 0``: what ``evict`` may take next."""
-        return [n for n in self.nodes() if not n.children and n.lock_ref == 0]
+        """Leaves with ``lock_ref == 0``, in tree order: what ``evict`` may take next."""
+        return [n for n in self.nodes() if n in self.evictable_leaves_]
 
     def nodes(self) -> Iterator[TreeNode]:
         """Every node below the root, depth first, children in insertion order."""
@@ -261,6 +266,8 @@ class RadixCache:
             else:
                 evictable += len(node.key)
         assert (evictable, protected) == (self.evictable_size_, self.protected_size_), "size counters drifted"
+        leaves = {n for n in self.nodes() if not n.children and n.lock_ref == 0}
+        assert self.evictable_leaves_ == leaves, "evictable_leaves_ out of date"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -383,6 +390,8 @@ class RadixCache:
             leaf.hit_count = 1
             node.children[key.child_key(self.page_size)] = leaf
             self.evictable_size_ += len(key)
+            self._update_leaf_status(node)
+            self._update_leaf_status(leaf)
             node = leaf
         return total_prefix_length, node
 
@@ -390,6 +399,15 @@ class RadixCache:
         del node.parent.children[node.key.child_key(self.page_size)]
         self.evictable_size_ -= len(node.key)
         node.value = None  # marks it evicted
+        self.evictable_leaves_.discard(node)
+        self._update_leaf_status(node.parent)
+
+    def _update_leaf_status(self, node: TreeNode) -> None:
+        """Keep ``evictable_leaves_`` exact: a node is in it iff it is an unlocked, live leaf."""
+        if node is self.root_node or node.evicted or node.lock_ref > 0 or node.children:
+            self.evictable_leaves_.discard(node)
+        else:
+            self.evictable_leaves_.add(node)
 
     # -- the request lifecycle: how a request hands its KV to the cache (notebook 05) -------------
     # ``req`` is a ``radixlab.request.Request`` (SGLang's ``Req`` fields). Its row in
