@@ -103,3 +103,13 @@ def test_has_dot_without_dot_is_a_notice_not_an_error(monkeypatch, caplog):
 def test_step_through_builds_a_slider(capsys):
     pytest.importorskip("ipywidgets")
     assert step_through(RadixTree(), [("insert", A), ("insert", B)]) is None
+
+
+def test_frame_slider_over_sequences_and_mappings():
+    pytest.importorskip("ipywidgets")
+    from radixlab.viz.widgets import frame_slider
+
+    assert frame_slider(["a", "b"]) is None
+    assert frame_slider({1: "one", 4: "four"}, "page_size", value=4) is None
+    with pytest.raises(ValueError, match="frames"):
+        frame_slider([])

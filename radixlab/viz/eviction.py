@@ -13,6 +13,7 @@ import html
 from typing import Any, Mapping, Sequence
 
 from ..radix_cache import RadixCache, TreeNode, abbreviate
+from .widgets import frame_slider
 from .trees import TreeDrawing
 
 Labels = Mapping[int, str] | None
@@ -175,20 +176,7 @@ def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tok
 
 def frames_slider(frames: Sequence[TreeDrawing], description: str = "step") -> None:
     """A slider over precomputed frames (its output is ignored by nbval; the frames are tested)."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
-    slider = widgets.IntSlider(value=0, min=0, max=len(frames) - 1, description=description, continuous_update=False)
-    out = widgets.Output()
-
-    def show(change: Any = None) -> None:
-        out.clear_output(wait=True)
-        with out:
-            display(frames[slider.value])
-
-    slider.observe(show, names="value")
-    show()
-    display(widgets.VBox([slider, out]))
+    frame_slider(frames, description)
 
 
 POLICY_STYLE = {"lru": ("#1f77b4", "o", "-"), "lfu": ("#2ca02c", "s", "-"), "fifo": ("#9467bd", "^", "-"),

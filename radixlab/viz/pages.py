@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
 from ..radix_cache import RadixCache, RadixKey, common_prefix_len
+from .widgets import frame_slider
 from .trees import TreeDrawing, draw_tree, has_dot
 
 
@@ -155,19 +156,5 @@ def page_size_view(cached_paths: Sequence[tuple[Sequence[int], Hashable]], query
 def page_size_slider(cached_paths: Sequence[tuple[Sequence[int], Hashable]], query: Sequence[int],
                      namespace: Hashable, sizes: Sequence[int] = (1, 2, 4, 8, 16), value: int = 4) -> Any:
     """A slider over ``sizes``: the thin ipywidgets wrapper around ``page_size_view``."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
     views = {p: page_size_view(cached_paths, query, namespace, p) for p in sizes}
-    slider = widgets.SelectionSlider(options=list(sizes), value=value, description="page_size",
-                                     continuous_update=False)
-    out = widgets.Output()
-
-    def show(change: Any = None) -> None:
-        out.clear_output(wait=True)
-        with out:
-            display(views[slider.value])
-
-    slider.observe(show, names="value")
-    show()
-    display(widgets.VBox([slider, out]))
+    frame_slider(views, "page_size", value)

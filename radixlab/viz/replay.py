@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from ..radix_cache import RadixCache, RadixKey
 from ..tree import RadixTree
+from .widgets import frame_slider
 from .trees import TreeDrawing, draw_tree, match_path
 
 OPS = ("insert", "match", "split")
@@ -116,20 +117,4 @@ def _apply(tree: RadixTree | RadixCache, op: tuple) -> tuple[str, list]:
 def step_through(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int = 8,
                  fmt: Callable[[list], str] | None = None) -> None:
     """A slider over ``replay(tree, ops)``: move it to see the tree after each operation."""
-    import ipywidgets as widgets
-    from IPython.display import display
-
-    steps = replay(tree, ops, max_tokens, fmt)
-    slider = widgets.IntSlider(value=0, min=0, max=len(steps) - 1, description="step", continuous_update=False)
-    out = widgets.Output()
-
-    def show(change: Any = None) -> None:
-        out.clear_output(wait=True)
-        with out:
-            display(steps[slider.value])
-
-    slider.observe(show, names="value")
-    show()
-    box = widgets.VBox([slider, out])
-    display(box)
-    return None
+    frame_slider(replay(tree, ops, max_tokens, fmt))
