@@ -98,10 +98,13 @@ def graded(tmp_path_factory):
     del deleted.cells[9]  # the check_aligned cell
     del deleted.cells[5:7]  # Q1 and its answer
     write("deleted", deleted)
+    dies = nbformat.read(path, as_version=4)
+    dies.cells.insert(5, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
+    write("dies", dies)
     (subs / "broken.ipynb").write_text("{ not json", encoding="utf-8")
 
     out = root / "grades.json"
-    names = ["good", "blank", "wrong", "loop", "raising", "deleted", "broken"]
+    names = ["good", "blank", "wrong", "loop", "raising", "deleted", "dies", "broken"]
     rc = grade.main([str(subs / f"{n}.ipynb") for n in names]
                     + ["--notebooks", str(instructor), "--lesson", "99", "--timeout", "15", "--json", str(out)])
     assert rc == 0
@@ -174,6 +177,14 @@ def test_deleted_check_cell_and_question_are_marked_missing(graded):
     assert r["status"] == "missing" and r["points"] == 0 and "check_aligned" in r["reason"]
     assert rows(rep)["99.1"]["points"] == 3
     assert rep["questions"][0]["status"] == "missing"
+
+
+def test_a_kernel_that_dies_stops_the_run_with_a_reason(graded):
+    rep = graded["dies"]
+    assert "kernel died" in rep["execution"]["stopped"]
+    assert rows(rep)["99.1"]["points"] == 3  # scored before the kernel died
+    r = rows(rep)["99.2"]
+    assert r["status"] == "not run" and "kernel died" in r["reason"]
 
 
 def test_unreadable_submission_is_a_row_not_a_crash(graded):

@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -226,6 +227,7 @@ async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: 
     except Exception as exc:  # a broken kernel start etc.: still a report, never a crash
         ex.stopped = f"execution failed: {type(exc).__name__}: {exc}"
     ex.seconds = round(time.monotonic() - t0, 2)
+    shutil.rmtree(workdir, ignore_errors=True)
     return ex
 
 
@@ -313,7 +315,7 @@ def _answer(q: Question, lesson: Lesson, sub: nbformat.NotebookNode) -> tuple[st
 def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_timeout: int = 600) -> dict:
     """Execute one submission and build its report (a JSON-ready dict)."""
     report = {"submission": str(path), "lesson": lesson.name, "title": lesson.title, "status": "graded",
-              "execution": {}, "exercises": [], "questions": []}
+              "rubric": lesson.rubric, "execution": {}, "exercises": [], "questions": []}
     rubric = lesson.rubric
     try:
         sub = nbformat.read(path, as_version=4)
@@ -450,8 +452,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_report(rep) + "\n", flush=True)
     if len(reports) > 1 and args.json_out != "-":
         print(summary(reports))
-    doc = {"grader": "radixlab", "rubric": "code: main 2 + boundary 1 (auto) + mapping 1 (manual); questions 2 each",
-           "reports": reports}
+    doc = {"grader": "radixlab", "reports": reports}
     if args.json_out == "-":
         print(json.dumps(doc, indent=1, ensure_ascii=False))
     elif args.json_out:
