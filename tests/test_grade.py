@@ -106,7 +106,7 @@ def graded(tmp_path_factory):
     out = root / "grades.json"
     names = ["good", "blank", "wrong", "loop", "raising", "deleted", "dies", "broken"]
     rc = grade.main([str(subs / f"{n}.ipynb") for n in names]
-                    + ["--notebooks", str(instructor), "--lesson", "99", "--timeout", "15", "--json", str(out)])
+                    + ["--notebooks", str(instructor), "--lesson", "99", "--timeout", "20", "--json", str(out)])
     assert rc == 0
     reports = json.loads(out.read_text())["reports"]
     return dict(zip(names, reports))

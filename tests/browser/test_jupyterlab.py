@@ -90,6 +90,13 @@ def workspace():
     shutil.copytree(REPO / "notebooks", root / "instructor", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     subprocess.run([sys.executable, "-m", "radixlab", "student", str(REPO / "notebooks"), "-o", str(root / "student")],
                    check=True, capture_output=True, cwd=REPO)
+    (root / "selftest").mkdir()
+    planted = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# harness self-test"),
+                                              nbformat.v4.new_code_cell("print('before')"),
+                                              nbformat.v4.new_code_cell("raise ValueError('planted error')"),
+                                              nbformat.v4.new_code_cell("print('after')")])
+    planted.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(planted, root / "selftest" / "planted_error.ipynb")
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
@@ -227,6 +234,13 @@ def page(browser, lab):
 
 if not NOTEBOOKS:
     pytest.skip("no notebooks yet", allow_module_level=True)
+
+
+def test_harness_sees_a_planted_error(page, lab):
+    """The detector itself can fail: an error output is found, and Run All stops after it."""
+    cells = open_and_run(page, lab, "selftest/planted_error.ipynb")
+    assert any("ValueError: planted error" in e for e in errors(cells)), errors(cells)
+    assert [c["count"] is not None for c in cells if c["type"] == "code"] == [True, True, False]
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
