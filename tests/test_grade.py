@@ -254,3 +254,12 @@ def test_ci_workflow_for_course_repositories():
     assert "radixlab student notebooks -o build/student" in runs
     assert "radixlab grade build/student/" in runs
     assert "make test-browser" in runs and "playwright install" not in runs
+
+
+def test_a_loop_that_swallows_interrupts_is_abandoned():
+    """Ctrl-C caught in a loop: the kernel cannot be interrupted, so the grader gives up on it cleanly."""
+    stuck = "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in ("print(1)", stuck, "print(2)")])
+    ex = grade.execute(nb, cell_timeout=3, total_timeout=120)
+    assert ex.errors == [{"cell": 1, "ename": "Timeout", "evalue": "ran past 3 s; interrupted"}]
+    assert "KeyboardInterrupt" in ex.stopped and ex.cells_run == 2

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -176,14 +177,19 @@ class Execution:
 
 def execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: int) -> Execution:
     """Run ``nb`` (mutated: outputs replaced) in a fresh kernel; never raises for student errors."""
-    return asyncio.run(_execute(nb, cell_timeout, total_timeout))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: the command line
+        return asyncio.run(_execute(nb, cell_timeout, total_timeout))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from a notebook: its loop is busy
+        return pool.submit(asyncio.run, _execute(nb, cell_timeout, total_timeout)).result()
 
 
 async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: int) -> Execution:
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
-    ex = Execution()
+    ex, index = Execution(), -1
     replies: dict[int, dict] = {}
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
     os.environ.setdefault("RADIXLAB_DEVICE", "cpu")
