@@ -45,3 +45,14 @@ def test_bad_arguments_exit_with_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         lookup.main(argv)
     assert exc.value.code == 2
+
+
+def test_decision_table_quotes_this_runs_counts():
+    rows = lookup.run([1024, 2048], repeats=0)
+    hit_rows = {s: lookup.hit_tokens(lookup.branching_prompts(n_branches=8, shared=s)) for s in (8, 100)}
+    table = lookup.decision_table(rows, hit_rows)
+    lines = table.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("situation")
+    assert f"1k prefix: {rows[0].probe_down_hashes} hashes" in table
+    assert f"2k prefix: {rows[-1].probe_down_hashes} hashes (probe-down)" in table
+    assert f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens" in table

@@ -167,6 +167,29 @@ def hit_tokens(prompts: Sequence[Sequence[int]], block_size: int = 16) -> dict[s
     return hits
 
 
+def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]]) -> str:
+    """The seed's "hash or radix?" table, re-derived from this run's counts (notebook 03).
+
+    ``rows`` come from ``run`` (shortest and longest prefix are quoted); ``hit_rows[stem]`` from
+    ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 100.
+    """
+    short, long_ = rows[0], rows[-1]
+    table = [
+        ("situation", "measured in this notebook", "choose"),
+        ("few fixed prompts, short prefixes",
+         f"{short.prefix_len // 1024}k prefix: {short.probe_down_hashes} hashes vs {short.radix_nodes_visited} node; "
+         f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hits", "hash is enough"),
+        ("long shared prefixes (RAG, chats)",
+         f"{long_.prefix_len // 1024}k prefix: {long_.probe_down_hashes} hashes (probe-down), "
+         f"{long_.forward_probes} probes (forward) vs {long_.radix_nodes_visited} node", "radix tree"),
+        ("many prompts branching mid-block",
+         f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens", "radix tree"),
+        ("who shares what (locks, eviction)", "table: rows + ref counts; tree: branch nodes", "radix tree"),
+    ]
+    widths = [max(len(r[k]) for r in table) for k in range(3)]
+    return "\n".join(" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m radixlab bench lookup", description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS),

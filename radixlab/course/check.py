@@ -65,14 +65,17 @@ class CheckResult:
     def __repr__(self) -> str:
         head = f"Exercise {self.exercise} ({self.title})"
         if self.not_done:
-            return (f"⏳ {head}: not done yet. Replace the `raise NotImplementedError` under "
-                    f"'# YOUR CODE HERE' with your code, run that cell, then run this check again.")
+            return (f"⏳ {head}: not done yet.\n"
+                    f"   Replace `raise NotImplementedError()` under '# YOUR CODE HERE' with your code,\n"
+                    f"   run that cell, then run this check again.")
         if self.passed:
             n_hidden = sum(o.hidden for o in self.outcomes)
-            return (f"✅ {head}: all {len(self.outcomes)} checks passed "
-                    f"({n_hidden} of them hidden edge cases). Score {self.score:g}/{self.max_score:g}.")
-        lines = [f"❌ {head}: {sum(not o.passed for o in self.outcomes)} of {len(self.outcomes)} checks "
-                 f"failed. Score {self.score:g}/{self.max_score:g}."]
+            return (f"✅ {head}: passed.\n"
+                    f"   All {len(self.outcomes)} checks passed ({n_hidden} of them hidden edge cases). "
+                    f"Score {self.score:g}/{self.max_score:g}.")
+        lines = [f"❌ {head}: not passed yet.",
+                 f"   {sum(not o.passed for o in self.outcomes)} of {len(self.outcomes)} checks failed. "
+                 f"Score {self.score:g}/{self.max_score:g}."]
         for o in self.outcomes:
             if not o.passed:
                 label = "hidden case" if o.hidden else "case"

@@ -116,6 +116,9 @@ def draw_tree(tree: RadixTree | RadixCache, *, highlight: Iterable[Any] = (), sp
            '  node [shape=box, style="rounded,filled", fillcolor="#f7f7f7", fontname="Helvetica", fontsize=11];',
            '  edge [color="#777777"];',
            f'  n0 [label="{html.escape(root_label)}", shape=ellipse, fillcolor="#e8e8e8"];']
+    if caption:  # shown above the picture too, so a stack of replay steps stays readable
+        dot.insert(2, f'  graph [label="{_dot_escape(caption)}", labelloc=t, labeljust=l, '
+                      f'fontname="Helvetica", fontsize=12];')
     ids = {id(root): "n0"}
     for i, (depth, node, parent) in enumerate(_walk(root), 1):
         nid = f"n{i}"
