@@ -304,7 +304,8 @@ class RadixCache:
 
     def _prepare_value(self, key: RadixKey, value: Any) -> torch.Tensor:
         if value is None:  # simulation fallback: slot i := token id i
-            return torch.tensor([u if isinstance(u, int) else u[0] for u in key.units], dtype=torch.int64)
+            return torch.tensor([u if isinstance(u, int) else u[0] for u in key.units], dtype=torch.int64,
+                                device=self.device)
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(_as_token_tuple(value, "value"), dtype=torch.int64)
         if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
@@ -314,7 +315,7 @@ class RadixCache:
         if len(value) not in allowed:
             raise ValueError(f"value must hold one slot index per token: len(value)={len(value)} "
                              f"but len(key)={len(key)}")
-        return value.to(torch.int64)[: len(key)]
+        return value.to(device=self.device, dtype=torch.int64)[: len(key)]  # indices live with the KV pool
 
     def _insert(self, key: Any, value: Any, priority: int = 0) -> tuple[int, TreeNode]:
         key = self._prepare_key(key, "key")
