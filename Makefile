@@ -8,6 +8,9 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 TORCH_SPEC  ?= torch==2.13.0
 STAMP       := $(VENV)/.radixlab-installed
+LAB_ARGS    ?=
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+LAB_ROOT    := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 PYTEST_NBVAL = --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
@@ -34,7 +37,7 @@ graphviz:
 	fi
 
 lab: setup
-	$(PY) -m jupyter lab notebooks/
+	$(PY) -m jupyter lab notebooks/ $(LAB_ROOT) $(LAB_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_NBVAL) tests $(NOTEBOOKS)
