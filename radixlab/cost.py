@@ -90,3 +90,25 @@ def measure_prefill_seconds(lengths: Sequence[int], d_model: int = 128, n_layers
                 best = min(best, time.perf_counter() - t0)
             times.append(best)
     return times
+
+
+def plot_prefill_scaling(lengths: Sequence[int], d_model: int = 128, n_layers: int = 2, repeats: int = 2):
+    """Measure ``measure_prefill_seconds`` and plot it beside the FLOP estimate, both relative to the
+    middle length, on log axes (notebook 00). Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    if len(lengths) < 2:
+        raise ValueError(f"lengths must hold at least two prompt lengths, got {list(lengths)}")
+    seconds = measure_prefill_seconds(lengths, d_model=d_model, n_layers=n_layers, repeats=repeats)
+    flops = [prefill_flops(n, d_model=d_model, n_layers=n_layers) for n in lengths]
+    mid = len(lengths) // 2
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    ax.plot(lengths, [s / seconds[mid] for s in seconds], "o-", label="measured time (tiny model)")
+    ax.plot(lengths, [f / flops[mid] for f in flops], "s--", label="FLOP estimate")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel(f"relative to {lengths[mid]} tokens")
+    ax.set_title("Prefill cost grows with the prompt")
+    ax.legend()
+    return fig

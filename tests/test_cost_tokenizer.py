@@ -2,7 +2,7 @@
 
 import pytest
 
-from radixlab.cost import measure_prefill_seconds, prefill_flops, serve_with_cache
+from radixlab.cost import measure_prefill_seconds, plot_prefill_scaling, prefill_flops, serve_with_cache
 from radixlab.tokenizer import decode, encode
 
 
@@ -40,3 +40,14 @@ def test_tokenizer_round_trip_and_errors():
         encode(b"bytes")
     with pytest.raises(ValueError, match="token_ids"):
         decode([300])
+
+
+def test_plot_prefill_scaling_draws_two_curves():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = plot_prefill_scaling([8, 16, 32], d_model=16, n_layers=1, repeats=1)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2 and ax.get_ylabel() == "relative to 16 tokens"
+    with pytest.raises(ValueError, match="lengths"):
+        plot_prefill_scaling([8])
