@@ -16,16 +16,20 @@ def _version(module: str) -> str:
         return "not installed"
 
 
-def report() -> list[tuple[str, str]]:
-    """(item, finding) pairs: Python, torch, device, Graphviz, Jupyter and widgets."""
+def report(paths: bool = True) -> list[tuple[str, str]]:
+    """(item, finding) pairs: Python, torch, device, Graphviz, Jupyter and widgets.
+
+    ``paths=False`` leaves out where things are installed and the exact OS build (what a notebook
+    that is stored and shared should show); the command line keeps them for help requests.
+    """
     import torch
 
     from . import __version__
     from .device import default_device
 
     rows = [("radixlab", __version__),
-            ("python", f"{platform.python_version()} ({sys.executable})"),
-            ("platform", platform.platform()),
+            ("python", platform.python_version() + (f" ({sys.executable})" if paths else "")),
+            ("platform", platform.platform() if paths else f"{platform.system()} {platform.machine()}"),
             ("torch", torch.__version__)]
     if torch.cuda.is_available():
         rows.append(("cuda", f"{torch.version.cuda}, {torch.cuda.get_device_name(0)}"))
@@ -39,7 +43,7 @@ def report() -> list[tuple[str, str]]:
     if dot:
         try:
             out = subprocess.run([dot, "-V"], capture_output=True, text=True, timeout=10)
-            rows.append(("graphviz dot", (out.stderr or out.stdout).strip() + f" ({dot})"))
+            rows.append(("graphviz dot", (out.stderr or out.stdout).strip() + (f" ({dot})" if paths else "")))
         except Exception as exc:  # pragma: no cover - broken install
             rows.append(("graphviz dot", f"found at {dot} but failed: {exc}"))
     else:
@@ -50,15 +54,15 @@ def report() -> list[tuple[str, str]]:
     return rows
 
 
-def show() -> None:
-    """Print the report (what notebook 00 calls)."""
-    main()
-
-
-def main() -> int:
-    rows = report()
+def show(paths: bool = True) -> None:
+    """Print the report; notebook 00 calls ``show(paths=False)``."""
+    rows = report(paths)
     width = max(len(k) for k, _ in rows)
     print("radixlab doctor")
     for k, v in rows:
         print(f"  {k.ljust(width)}  {v}")
+
+
+def main() -> int:
+    show()
     return 0

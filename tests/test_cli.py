@@ -56,3 +56,14 @@ def test_unknown_benchmark_is_a_clear_error(capsys):
 def test_module_entry_point_runs():
     proc = subprocess.run([sys.executable, "-m", "radixlab", "demo"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "passed" in proc.stdout
+
+
+def test_doctor_without_paths_shows_no_machine_paths(capsys):
+    import sys as _sys
+
+    from radixlab import doctor
+
+    doctor.show(paths=False)
+    out = capsys.readouterr().out
+    assert "  python" in out and "  graphviz dot" in out and "  torch" in out
+    assert _sys.executable not in out and "/usr/bin/dot" not in out and "/work" not in out

@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import nbformat
@@ -47,6 +48,8 @@ def test_notebook_structure_and_stored_outputs(path):
         for out in cell.outputs:
             assert out.output_type != "error", f"cell {i} stores an error"
             assert not re.search(r" at 0x[0-9a-f]+", _text(out)), f"cell {i} shows a memory address"
+            for path in {str(ROOT), sys.prefix, sys.base_prefix, str(Path.home())}:
+                assert path not in json.dumps(out), f"cell {i} shows a machine path ({path})"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
