@@ -190,6 +190,10 @@ class RadixCache:
         # 1. Every unlocked leaf is a candidate, keyed by the eviction policy (lru: oldest first).
         heap = [(self._priority_fn(n), n) for n in self.evictable_leaves_]
         heapq.heapify(heap)
+        return self._evict_from_heap(heap, num_tokens)
+
+    def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
+        """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""
         evicted = 0
         while evicted < num_tokens and heap:
             # 2. Pop the leaf the policy likes least.

@@ -56,6 +56,19 @@ def _zipf_weights(n: int, s: float) -> list[float]:
     return [1.0 / (i + 1) ** s for i in range(n)]
 
 
+def _popular_heads(rng: random.Random, heads: list[list[int]], num_requests: int, zipf: float,
+                   question_len: tuple[int, int], output_len: tuple[int, int], vocab: int,
+                   label: str) -> list[TraceRequest]:
+    """Requests that each pick a head (Zipf popularity) and append a fresh question."""
+    weights = _zipf_weights(len(heads), zipf)
+    trace = []
+    for i in range(num_requests):
+        h = rng.choices(range(len(heads)), weights)[0]
+        prompt = heads[h] + _tokens(rng, rng.randint(*question_len), vocab)
+        trace.append(TraceRequest(prompt, _tokens(rng, rng.randint(*output_len), vocab), None, f"{label}{h} q{i}"))
+    return trace
+
+
 def shared_system_prompt(num_requests: int = 120, num_prompts: int = 4, system_len: int = 96,
                          question_len: tuple[int, int] = (8, 24), output_len: tuple[int, int] = (8, 24),
                          zipf: float = 1.0, vocab: int = 1000, seed: int = 0) -> list[TraceRequest]:
@@ -66,13 +79,7 @@ def shared_system_prompt(num_requests: int = 120, num_prompts: int = 4, system_l
     _check_range("question_len", question_len), _check_range("output_len", output_len)
     rng = random.Random(seed)
     systems = [_tokens(rng, system_len, vocab) for _ in range(num_prompts)]
-    weights = _zipf_weights(num_prompts, zipf)
-    trace = []
-    for i in range(num_requests):
-        s = rng.choices(range(num_prompts), weights)[0]
-        prompt = systems[s] + _tokens(rng, rng.randint(*question_len), vocab)
-        trace.append(TraceRequest(prompt, _tokens(rng, rng.randint(*output_len), vocab), None, f"sys{s} q{i}"))
-    return trace
+    return _popular_heads(rng, systems, num_requests, zipf, question_len, output_len, vocab, "sys")
 
 
 def multi_turn_chat(num_conversations: int = 16, turns: int = 5, system_len: int = 32,
@@ -122,13 +129,7 @@ def few_shot(num_requests: int = 120, num_tasks: int = 6, shots: int = 4, instru
         for _ in range(shots):
             head += _tokens(rng, rng.randint(*example_len), vocab)
         heads.append(head)
-    weights = _zipf_weights(num_tasks, zipf)
-    trace = []
-    for i in range(num_requests):
-        t = rng.choices(range(num_tasks), weights)[0]
-        prompt = heads[t] + _tokens(rng, rng.randint(*question_len), vocab)
-        trace.append(TraceRequest(prompt, _tokens(rng, rng.randint(*output_len), vocab), None, f"task{t} q{i}"))
-    return trace
+    return _popular_heads(rng, heads, num_requests, zipf, question_len, output_len, vocab, "task")
 
 
 WORKLOADS: dict[str, Callable[..., list[TraceRequest]]] = {

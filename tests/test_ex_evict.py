@@ -5,23 +5,15 @@ import heapq
 import pytest
 
 from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forgets_parent_loop, ignores_lock_loop,
-                                      initial_heap, locked_parent, reference_evict_loop)
+                                      initial_heap, locked_parent, loop_with_parent_rule,
+                                      reference_evict_loop)
 
 
 def blank(cache, heap, num_tokens):
     raise NotImplementedError()
 
 
-def pushes_internal_parent(cache, heap, num_tokens):
-    evicted = 0
-    while evicted < num_tokens and heap:
-        _, node = heapq.heappop(heap)
-        cache.token_to_kv_pool_allocator.free(node.value)
-        evicted += len(node.key)
-        cache._delete_leaf(node)
-        if node.parent is not cache.root_node and node.parent.lock_ref == 0:
-            heapq.heappush(heap, (cache._priority_fn(node.parent), node.parent))
-    return evicted
+pushes_internal_parent = loop_with_parent_rule(lambda parent: parent.lock_ref == 0)
 
 
 def does_not_free_slots(cache, heap, num_tokens):

@@ -12,22 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixlab import RadixKey
+from radixlab.course.ex_prefix import reference_longest_cached_prefix
 from radixlab.hash_cache import HashPrefixCache, block_hash_input, chain_hashes
 
 
 def brute_force(prompts, query, block_size, extra_key=None):
-    """Longest whole-block common prefix with any inserted prompt in the same namespace."""
-    best = 0
-    for p, ns in prompts:
-        if ns != extra_key:
-            continue
-        n = 0
-        for a, b in zip(p, query):
-            if a != b:
-                break
-            n += 1
-        best = max(best, n // block_size * block_size)
-    return best
+    """Longest whole-block common prefix with any inserted prompt in the same namespace: exactly
+    exercise 04.1's question with pages as blocks."""
+    return reference_longest_cached_prefix(query, extra_key, prompts, block_size)
 
 
 def test_chain_hash_is_the_seeds_formula():

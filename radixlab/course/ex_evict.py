@@ -34,42 +34,31 @@ def initial_heap(cache: RadixCache) -> list[tuple]:
 
 
 def reference_evict_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
-    """The loop of ``RadixCache.evict``, written out (what the exercise asks for)."""
-    evicted = 0
-    while evicted < num_tokens and heap:
-        _, node = heapq.heappop(heap)
-        cache.token_to_kv_pool_allocator.free(node.value)
-        evicted += len(node.key)
-        cache._delete_leaf(node)
-        parent = node.parent
-        if parent is not cache.root_node and not parent.children and parent.lock_ref == 0:
-            heapq.heappush(heap, (cache._priority_fn(parent), parent))
-    return evicted
+    """The loop of ``RadixCache.evict`` (what the exercise asks for): ``RadixCache._evict_from_heap``."""
+    return cache._evict_from_heap(heap, num_tokens)
 
 
-def forgets_parent_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
-    """Plausible wrong answer 1: never pushes the parent, so chains are only trimmed at the tip."""
-    evicted = 0
-    while evicted < num_tokens and heap:
-        _, node = heapq.heappop(heap)
-        cache.token_to_kv_pool_allocator.free(node.value)
-        evicted += len(node.key)
-        cache._delete_leaf(node)
-    return evicted
+def loop_with_parent_rule(push_parent: Callable[[TreeNode], bool]) -> EvictLoop:
+    """The eviction loop with another rule for pushing the parent: how plausible wrong answers differ."""
+    def loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
+        evicted = 0
+        while evicted < num_tokens and heap:
+            _, node = heapq.heappop(heap)
+            cache.token_to_kv_pool_allocator.free(node.value)
+            evicted += len(node.key)
+            cache._delete_leaf(node)
+            parent = node.parent
+            if parent is not cache.root_node and push_parent(parent):
+                heapq.heappush(heap, (cache._priority_fn(parent), parent))
+        return evicted
+    return loop
 
 
-def ignores_lock_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
-    """Plausible wrong answer 2: pushes the parent without asking whether a request holds it."""
-    evicted = 0
-    while evicted < num_tokens and heap:
-        _, node = heapq.heappop(heap)
-        cache.token_to_kv_pool_allocator.free(node.value)
-        evicted += len(node.key)
-        cache._delete_leaf(node)
-        parent = node.parent
-        if parent is not cache.root_node and not parent.children:
-            heapq.heappush(heap, (cache._priority_fn(parent), parent))
-    return evicted
+forgets_parent_loop = loop_with_parent_rule(lambda parent: False)
+"""Plausible wrong answer 1: never pushes the parent, so chains are only trimmed at the tip."""
+
+ignores_lock_loop = loop_with_parent_rule(lambda parent: not parent.children)
+"""Plausible wrong answer 2: pushes the parent without asking whether a request holds it."""
 
 
 # -- scenarios: each builds a fresh cache; the student's loop and the reference run on twins --------
