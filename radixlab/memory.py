@@ -99,9 +99,6 @@ class ReqToTokenPool:
         """The first ``length`` slot indices of a row (a copy)."""
         return self.req_to_token[req_pool_idx, :length].clone()
 
-    def clear(self) -> None:
-        self.free_slots = list(range(self.size))
-
 
 class TokenToKVPoolAllocator:
     """A free list of KV slots, handed out in whole pages of ``page_size`` consecutive slots.
@@ -156,7 +153,7 @@ class TokenToKVPoolAllocator:
             if last_loc // self.page_size not in self._in_use or last_loc % self.page_size != (prefix_len - 1) % self.page_size:
                 raise ValueError(f"last_loc={last_loc} is not the slot of token {prefix_len - 1} in an allocated page")
         take = min(room, extend_len)
-        head = torch.arange(last_loc + 1, last_loc + 1 + take, dtype=torch.int64) if take else None
+        head = torch.arange(last_loc + 1, last_loc + 1 + take, dtype=torch.int64, device=self.device) if take else None
         rest = extend_len - take
         new = self.alloc(-(-rest // self.page_size) * self.page_size)
         if new is None:

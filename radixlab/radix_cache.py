@@ -188,9 +188,13 @@ class RadixCache:
         if num_tokens < 0:
             raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         # 1. Every unlocked leaf is a candidate, keyed by the eviction policy (lru: oldest first).
+        return self._evict_from_heap(self._evictable_heap(), num_tokens)
+
+    def _evictable_heap(self) -> list[tuple[Any, TreeNode]]:
+        """``(policy key, leaf)`` for every unlocked leaf, heapified: where ``evict`` starts."""
         heap = [(self._priority_fn(n), n) for n in self.evictable_leaves_]
         heapq.heapify(heap)
-        return self._evict_from_heap(heap, num_tokens)
+        return heap
 
     def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
         """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""

@@ -18,11 +18,11 @@ a whole batch (``schedule_batch.py`` ``prepare_for_extend`` / ``alloc_for_extend
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
-from .radix_cache import RadixCache, RadixKey, TreeNode, _as_token_tuple
+from .radix_cache import MatchResult, RadixCache, RadixKey, TreeNode, _as_token_tuple
 
 
 @dataclass(eq=False)
@@ -57,9 +57,6 @@ class Request:
         """Tokens whose KV is in the row (= ``len(fill_ids)``)."""
         return len(self.fill_ids)
 
-    def get_fill_ids(self) -> list[int]:  # SGLang's accessor
-        return self.fill_ids
-
     def radix_key(self, tokens: Sequence[int] | None = None) -> RadixKey:
         return RadixKey(self.all_ids if tokens is None else tokens, self.extra_key)
 
@@ -76,18 +73,23 @@ def _pools(cache: RadixCache) -> tuple[Any, Any]:
     return cache.req_to_token_pool, cache.token_to_kv_pool_allocator
 
 
-def admit(req: Request, cache: RadixCache) -> int:
+def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], None] | None = None) -> int:
     """Steps match → lock → row: returns how many leading tokens the cache already holds.
 
-    Raises RuntimeError (changing nothing but access times and splits) if no row is free.
+    Raises RuntimeError (before any lock is taken) if no row is free. ``on_match(result)`` is called
+    between the match and the lock (notebook 05 draws the tree there).
     """
     req_to_token_pool, _ = _pools(cache)
+    if req.finished:
+        raise ValueError(f"request {req.rid!r} has finished: its KV belongs to the cache now, make a new Request")
     if req.req_pool_idx is not None:
         raise ValueError(f"request {req.rid!r} is already admitted (row {req.req_pool_idx})")
     if req_to_token_pool.available_size() == 0:
         req_to_token_pool.alloc()  # raises the pool's "full" error
     # 1. Longest cached, page-aligned prefix. Keep one token to compute: its logits are the output.
     result = cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
+    if on_match is not None:
+        on_match(result)
     # 2. Lock it: from now on evict() cannot take these slots away from us.
     cache.inc_lock_ref(result.last_node)
     # 3. A row of our own; its head points at the tree's slots.
@@ -113,7 +115,7 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None) -> bo
     target = req.all_ids
     if num_tokens is None:
         num_tokens = max(len(req.origin_input_ids) - req.seq_len, 0)
-    if not isinstance(num_tokens, int) or num_tokens < 0 or req.seq_len + num_tokens > len(target):
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0 or req.seq_len + num_tokens > len(target):
         raise ValueError(f"num_tokens must be in 0 .. {len(target) - req.seq_len} "
                          f"(tokens not yet in the row), got {num_tokens!r}")
     if num_tokens == 0:
@@ -133,12 +135,16 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None) -> bo
     return True
 
 
-def release(req: Request, cache: RadixCache) -> None:
-    """The request is done: the cache adopts its KV, the lock goes, the row goes back."""
+def release(req: Request, cache: RadixCache, on_cached: Callable[[], None] | None = None) -> None:
+    """The request is done: the cache adopts its KV, the lock goes, the row goes back.
+
+    ``on_cached()`` is called after ``cache_finished_req`` and before the row is freed.
+    """
     req_to_token_pool, _ = _pools(cache)
     if req.req_pool_idx is None:
         raise ValueError(f"request {req.rid!r} holds no row (never admitted, or released twice)")
     cache.cache_finished_req(req)
+    if on_cached is not None:
+        on_cached()
     req_to_token_pool.free(req.req_pool_idx)
-    req.req_pool_idx = None
-    req.finished = True
+    req.req_pool_idx = None  # cache_finished_req marked the request finished

@@ -27,3 +27,14 @@ def test_bigram_lifecycle_hits_and_no_leak(is_eagle, page_size, want_hits):
     assert all(n.key.is_bigram == is_eagle for n in cache.nodes())
     cache.evict(10**6)
     assert cache.total_size() == 0 and alloc.available_size() == 256
+
+
+def test_a_finished_request_cannot_be_admitted_again():
+    alloc = TokenToKVPoolAllocator(32)
+    pool = ReqToTokenPool(2, 16)
+    cache = RadixCache(token_to_kv_pool_allocator=alloc, req_to_token_pool=pool)
+    req = Request("a", [1, 2, 3])
+    admit(req, cache), extend(req, cache), release(req, cache)
+    with pytest.raises(ValueError, match="finished"):
+        admit(req, cache)
+    assert pool.available_size() == 2 and cache.protected_size() == 0

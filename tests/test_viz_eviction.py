@@ -70,3 +70,27 @@ def test_lifecycle_frames_fail_cleanly_without_memory():
     cache.inc_lock_ref(cache.root_node)
     with pytest.raises(RuntimeError, match="not enough KV slots"):
         lifecycle_frames(cache, Request("big", list(range(9))))
+
+
+def test_an_evicted_parent_and_child_are_both_drawn_connected():
+    from radixlab.course.ex_evict import chain
+
+    cache = chain()
+    freed, popped = traced_evict(cache, 6)
+    assert freed == 6 and len(popped) == 3
+    dot = draw_eviction_state(cache, evicted=popped).dot_source
+    for j in range(3):
+        assert f"-> x{j} [style=dashed" in dot, f"evicted node x{j} has no edge"
+
+
+def test_lifecycle_frames_take_no_lock_when_no_row_is_free():
+    from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+    from radixlab.request import Request
+
+    cache = RadixCache(token_to_kv_pool_allocator=TokenToKVPoolAllocator(32), req_to_token_pool=ReqToTokenPool(1, 16))
+    cache.insert([1, 2, 3], [0, 1, 2])
+    cache.req_to_token_pool.alloc()  # the only row is taken
+    with pytest.raises(RuntimeError):
+        lifecycle_frames(cache, Request("b", [1, 2, 3, 4]))
+    assert cache.protected_size() == 0
+    cache.check_invariants()

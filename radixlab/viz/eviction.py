@@ -13,11 +13,9 @@ import html
 from typing import Any, Mapping, Sequence
 
 from ..radix_cache import RadixCache, TreeNode, abbreviate
-from .widgets import frame_slider
-from .trees import TreeDrawing
+from .trees import TreeDrawing, _dot_escape, _walk
 
 Labels = Mapping[int, str] | None
-
 
 def _units(node: TreeNode, labels: Labels, max_tokens: int) -> str:
     units = list(node.key.token_ids)
@@ -25,11 +23,9 @@ def _units(node: TreeNode, labels: Labels, max_tokens: int) -> str:
         return "[" + " ".join(labels.get(t, str(t)) for t in units) + "]"
     return abbreviate(units, max_tokens)
 
-
 def heap_order(cache: RadixCache) -> list[TreeNode]:
     """Evictable leaves in the order the heap pops them now (smallest policy key first)."""
-    return sorted(cache.evictable_leaves(), key=lambda n: (cache._priority_fn(n), n))
-
+    return [node for _, node in sorted(cache._evictable_heap())]
 
 def format_heap(cache: RadixCache, labels: Labels = None, max_tokens: int = 8) -> str:
     """The evictable-leaf heap as text, top first."""
@@ -45,7 +41,6 @@ def format_heap(cache: RadixCache, labels: Labels = None, max_tokens: int = 8) -
                     f"({len(node.key)} tok)")
     return "\n".join(rows)
 
-
 def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), caption: str = "",
                         labels: Labels = None, max_tokens: int = 8, extra: str = "") -> TreeDrawing:
     """The tree with locks, heap ranks and just-evicted nodes; the heap listed beside it."""
@@ -57,14 +52,9 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
            '  edge [color="#777777"];', f'  n0 [label="{html.escape(head)}", shape=ellipse, fillcolor="#e8e8e8"];']
     if caption:
-        dot.insert(2, f'  graph [label="{_esc(caption)}", labelloc=t, labeljust=l, fontname="Helvetica", fontsize=12];')
+        dot.insert(2, f'  graph [label="{_dot_escape(caption)}", labelloc=t, labeljust=l, fontname="Helvetica", fontsize=12];')
     ids = {id(cache.root_node): "n0"}
-    stack = [(1, c) for c in reversed(list(cache.root_node.children.values()))]
-    i = 0
-    while stack:
-        depth, node = stack.pop()
-        stack.extend((depth + 1, c) for c in reversed(list(node.children.values())))
-        i += 1
+    for i, (depth, node, parent) in enumerate(_walk(cache.root_node), 1):
         ids[id(node)] = f"n{i}"
         label = f"#{node.id} {_units(node, labels, max_tokens)}"
         state = f"lock_ref={node.lock_ref} t={node.last_access_time}"
@@ -75,12 +65,13 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
         else:
             mark, fill = "", "#f7f7f7"
         text.append("   " * (depth - 1) + "└─ " + "  ".join(x for x in (label, state, mark) if x))
-        dot.append(f'  n{i} [label="{_esc(label)}\\n{_esc(state)}{chr(92) + "n" + _esc(mark) if mark else ""}", '
-                   f'fillcolor="{fill}"];')
-        dot.append(f"  {ids[id(node.parent)]} -> n{i};")
+        dot.append(f'  n{i} [label="{_dot_escape(label)}\\n{_dot_escape(state)}'
+                   f'{chr(92) + "n" + _dot_escape(mark) if mark else ""}", fillcolor="{fill}"];')
+        dot.append(f"  {ids[id(parent)]} -> n{i};")
+    ids.update({id(node): f"x{j}" for j, node in enumerate(evicted)})  # a parent may be evicted too
     for j, node in enumerate(evicted):
         label = f"#{node.id} {_units(node, labels, max_tokens)}"
-        dot.append(f'  x{j} [label="{_esc(label)}\\nevicted", fillcolor="#ffc9c9", style="rounded,filled,dashed"];')
+        dot.append(f'  x{j} [label="{_dot_escape(label)}\\nevicted", fillcolor="#ffc9c9", style="rounded,filled,dashed"];')
         parent = ids.get(id(node.parent))
         if parent is not None:
             dot.append(f'  {parent} -> x{j} [style=dashed, color="#cc3333"];')
@@ -90,15 +81,10 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
     text.append(heap_text)
     if extra:
         text.append(extra)
-    side = "\\l".join(_esc(line) for line in ([*heap_text.splitlines()] + (extra.splitlines() if extra else []))) + "\\l"
+    side = "\\l".join(_dot_escape(line) for line in ([*heap_text.splitlines()] + (extra.splitlines() if extra else []))) + "\\l"
     dot.append(f'  heap [shape=note, fillcolor="#fffbe6", fontname="Courier", label="{side}"];')
     dot.append("}")
     return TreeDrawing("\n".join(text), "\n".join(dot), caption)
-
-
-def _esc(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
-
 
 def traced_evict(cache: RadixCache, num_tokens: int) -> tuple[int, list[TreeNode]]:
     """``cache.evict(num_tokens)``, also returning the nodes it deleted, in pop order."""
@@ -116,7 +102,6 @@ def traced_evict(cache: RadixCache, num_tokens: int) -> tuple[int, list[TreeNode
         del cache._delete_leaf
     return freed, popped
 
-
 def evict_frames(cache: RadixCache, requests: Sequence[int], labels: Labels = None,
                  max_tokens: int = 8) -> list[TreeDrawing]:
     """Frame 0: the cache now; then one frame per ``evict(n)`` for n in ``requests`` (mutates ``cache``)."""
@@ -130,13 +115,12 @@ def evict_frames(cache: RadixCache, requests: Sequence[int], labels: Labels = No
         frames.append(draw_eviction_state(cache, evicted=popped, caption=caption, labels=labels, max_tokens=max_tokens))
     return frames
 
-
 def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tokens: int = 8) -> list[TreeDrawing]:
     """One request's life, one frame per step: match → lock → alloc → prefill → insert → unlock.
 
     Drives the real objects (``radixlab.request``); ``cache`` needs both pools. Mutates both.
     """
-    from ..request import extend
+    from ..request import admit, extend, release
 
     pool, alloc = cache.req_to_token_pool, cache.token_to_kv_pool_allocator
     frames: list[TreeDrawing] = []
@@ -150,38 +134,26 @@ def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tok
                                           extra="\n".join(info + ([extra] if extra else []))))
 
     snap(f"0. request {req.rid!r} arrives ({len(req.origin_input_ids)} prompt tokens)")
-    result = cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
-    snap(f"1. match_prefix → {len(result.device_indices)} tokens cached, last_node=#{result.last_node.id}")
-    cache.inc_lock_ref(result.last_node)
-    req.req_pool_idx = pool.alloc()
-    pool.write(req.req_pool_idx, 0, result.device_indices)
-    req.prefix_indices, req.last_node = result.device_indices.clone(), result.last_node
-    req.cache_protected_len = len(result.device_indices)
-    req.fill_ids = req.origin_input_ids[: req.cache_protected_len]
-    snap(f"2. inc_lock_ref(#{result.last_node.id}) and a row in req_to_token_pool: the prefix is protected")
+
+    def matched(result: Any) -> None:
+        snap(f"1. match_prefix → {len(result.device_indices)} tokens cached, last_node=#{result.last_node.id}")
+
+    admit(req, cache, on_match=matched)
+    snap(f"2. inc_lock_ref(#{req.last_node.id}) and a row in req_to_token_pool: the prefix is protected")
     n_new = len(req.all_ids) - req.seq_len
     if not extend(req, cache, n_new):
         raise RuntimeError("not enough KV slots for this request even after evicting")
     snap(f"3. alloc {n_new} slots for the new tokens (evicting if short), written into the row")
     snap("4. prefill + decode: the model writes K/V into those slots (no tree change)")
     before = cache.total_size()
-    cache.cache_finished_req(req)
-    snap(f"5. cache_finished_req: insert adds {cache.total_size() - before} tokens, duplicates and tail freed, "
-         "dec_lock_ref: the path is evictable again")
-    pool.free(req.req_pool_idx)
-    req.req_pool_idx = None
+    release(req, cache, on_cached=lambda: snap(
+        f"5. cache_finished_req: insert adds {cache.total_size() - before} tokens, duplicates and tail freed, "
+        "dec_lock_ref: the path is evictable again"))
     snap("6. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
     return frames
 
-
-def frames_slider(frames: Sequence[TreeDrawing], description: str = "step") -> None:
-    """A slider over precomputed frames (its output is ignored by nbval; the frames are tested)."""
-    frame_slider(frames, description)
-
-
 POLICY_STYLE = {"lru": ("#1f77b4", "o", "-"), "lfu": ("#2ca02c", "s", "-"), "fifo": ("#9467bd", "^", "-"),
                 "belady": ("#d62728", "*", "--")}
-
 
 def plot_hit_rates(results: Mapping[str, Mapping[str, Sequence[Any]]], fractions: Sequence[float],
                    ceilings: Mapping[str, float] | None = None):
