@@ -1,12 +1,19 @@
 """Exercise 05.1 (the eviction loop): the solution passes, a blank and plausible wrong answers fail."""
 
 import heapq
+from pathlib import Path
 
+import nbformat
 import pytest
+
+from radixlab.course.edition import strip_markers
 
 from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forgets_parent_loop, ignores_lock_loop,
                                       initial_heap, locked_parent, loop_with_parent_rule,
                                       reference_evict_loop)
+
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_locks_and_eviction.ipynb"
 
 
 def blank(cache, heap, num_tokens):
@@ -32,8 +39,23 @@ def evicts_everything(cache, heap, num_tokens):
     return reference_evict_loop(cache, heap, 10**9)
 
 
+def notebook_solution():
+    """The instructor's ``evict_loop`` from notebook 05, markers stripped."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    src = next(c.source for c in nb.cells if c.cell_type == "code" and "def evict_loop" in c.source)
+    scope = {"heapq": heapq}
+    exec(strip_markers(src), scope)
+    return scope["evict_loop"]
+
+
+def test_handing_in_radixlab_own_loop_or_calling_evict_fails():
+    for shortcut in (reference_evict_loop, evicts_everything, lambda cache, heap, n: cache.evict(n)):
+        result = check_evict_loop(shortcut)
+        assert result.score == 0 and not result.passed
+
+
 def test_reference_passes_and_matches_radix_cache_evict():
-    result = check_evict_loop(reference_evict_loop)
+    result = check_evict_loop(notebook_solution())
     assert result.passed and result.score == result.max_score == 11
     assert repr(result).startswith("✅ Exercise 05.1 (the eviction loop)")
     for build in (chain, locked_parent, figure_4_1):

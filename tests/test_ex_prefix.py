@@ -52,7 +52,7 @@ def no_validation(q, ns, paths, p):
 
 
 def test_reference_passes_with_full_score():
-    result = check_longest_cached_prefix(reference_longest_cached_prefix, record=False)
+    result = check_longest_cached_prefix(lambda *args: reference_longest_cached_prefix(*args), record=False)
     assert result.passed, repr(result)
     assert (result.score, result.max_score) == (4, 4)
     assert repr(result).startswith("✅ Exercise 04.1 (longest_cached_prefix): passed.")
@@ -60,7 +60,18 @@ def test_reference_passes_with_full_score():
 
 
 def test_radix_answer_also_passes():
-    assert check_longest_cached_prefix(radix_longest_cached_prefix, record=False).passed
+    assert check_longest_cached_prefix(lambda *args: radix_longest_cached_prefix(*args), record=False).passed
+
+
+def test_handing_in_radixlab_own_answer_fails():
+    for own in (reference_longest_cached_prefix, radix_longest_cached_prefix):
+        result = check_longest_cached_prefix(own, record=False)
+        assert result.score == 0 and "write your own" in repr(result)
+
+
+def test_hidden_edge_cases_need_the_blank_line():
+    result = check_longest_cached_prefix(lambda q, ns, paths, p: 0 if p > 0 else 1 // 0, record=False)
+    assert not any(o.passed for o in result.outcomes if o.hidden)
 
 
 def test_blank_is_not_done_yet_and_recorded():

@@ -61,3 +61,8 @@ def test_wrong_order_split_raises_index_error_and_names_it():
 def test_check_rejects_non_function():
     with pytest.raises(TypeError, match="split"):
         check_split(42)
+
+
+def test_handing_in_radixlab_own_split_fails():
+    result = check_split(RadixTree._split)
+    assert result.score == 0 and "write your own" in repr(result)

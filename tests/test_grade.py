@@ -263,3 +263,20 @@ def test_a_loop_that_swallows_interrupts_is_abandoned():
     ex = grade.execute(nb, cell_timeout=3, total_timeout=120)
     assert ex.errors == [{"cell": 1, "ename": "Timeout", "evalue": "ran past 3 s; interrupted"}]
     assert "KeyboardInterrupt" in ex.stopped and ex.cells_run == 2
+
+
+def test_scoring_follows_each_case_rubric_part():
+    """Main from the seed's cases, boundary from hidden edge cases; a mapping case is evidence only."""
+    from radixlab.course.ex_prefix import check_longest_cached_prefix, reference_longest_cached_prefix
+    from radixlab.course.grade import DEFAULT_RUBRIC, Exercise, _score_exercise
+    from radixlab.course.runner import Execution
+
+    def wrong_on_random_caches(q, ns, paths, p):  # right on every fixed case, wrong once paths get long
+        return reference_longest_cached_prefix(q, ns, paths, p) if len(paths) <= 2 else 0
+
+    result = check_longest_cached_prefix(wrong_on_random_caches, record=False)
+    ex = Execution(results=[result.to_dict()])
+    row = _score_exercise(Exercise("04.1", "longest_cached_prefix", "check_longest_cached_prefix"), ex,
+                          nbformat.v4.new_notebook(), DEFAULT_RUBRIC)
+    assert (row["main_path"], row["boundary"]) == (2.0, 1.0)
+    assert row["mapping_evidence"] == "failed" and row["status"] == "failed"

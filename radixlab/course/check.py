@@ -8,6 +8,7 @@ shows, and every result is also recorded in ``RESULTS`` so the grader can collec
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -24,6 +25,15 @@ class Case:
     fn: Callable[[], Any]
     points: float = 1.0
     hidden: bool = False  # hidden cases are not shown in the notebook, only counted
+    part: str = ""  # rubric part: "main", "boundary" or "mapping"; default: main if visible, else boundary
+
+    def __post_init__(self) -> None:
+        self.part = self.part or ("boundary" if self.hidden else "main")
+        if self.part not in RUBRIC_PARTS:
+            raise ValueError(f"part must be one of {RUBRIC_PARTS}, got {self.part!r}")
+
+
+RUBRIC_PARTS = ("main", "boundary", "mapping")
 
 
 @dataclass
@@ -34,6 +44,7 @@ class CaseOutcome:
     earned: float
     hidden: bool
     message: str = ""
+    part: str = "main"
 
 
 @dataclass
@@ -90,24 +101,45 @@ def run_check(exercise: str, title: str, cases: list[Case], record: bool = True)
     """Run ``cases`` and build the verdict. A NotImplementedError anywhere means "not done yet"."""
     result = CheckResult(exercise, title)
     for case in cases:
+        def outcome(passed: bool, message: str = "") -> CaseOutcome:
+            return CaseOutcome(case.name, passed, case.points, case.points if passed else 0.0, case.hidden,
+                               message, case.part)
         try:
             case.fn()
         except NotImplementedError:
             result.not_done = True
-            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden, "not implemented"))
+            result.outcomes.append(outcome(False, "not implemented"))
         except AssertionError as exc:
-            msg = str(exc) or "assertion failed"
-            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden, msg))
+            result.outcomes.append(outcome(False, str(exc) or "assertion failed"))
         except Exception as exc:  # a crash in student code is a failed case, not a crash of the check
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            where = f" (line {frame.lineno})" if frame else ""
-            result.outcomes.append(CaseOutcome(case.name, False, case.points, 0.0, case.hidden,
-                                               f"raised {type(exc).__name__}: {exc}{where}"))
+            result.outcomes.append(outcome(False, f"raised {type(exc).__name__}: {exc}{_student_line(exc)}"))
         else:
-            result.outcomes.append(CaseOutcome(case.name, True, case.points, case.points, case.hidden))
+            result.outcomes.append(outcome(True))
     if record:
         RESULTS.append(result)
     return result
+
+
+def _student_line(exc: BaseException) -> str:
+    """Where the student's code raised: the innermost frame outside radixlab and installed packages."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(package_dir) and "site-packages" not in path and "lib/python" not in path:
+            return f" (line {frame.lineno} of your code)"
+    return ""
+
+
+def own_code(fn: Callable, what: str, *references: Callable) -> Callable:
+    """``fn``, or a stand-in that fails every case when ``fn`` *is* one of radixlab's ``references``
+    (the answer imported instead of written)."""
+    if any(fn is ref or getattr(fn, "__func__", None) is ref for ref in references):
+        name = f"{fn.__module__}.{getattr(fn, '__qualname__', fn)}"
+
+        def imported(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"{what} is radixlab's own {name}: write your own")
+        return imported
+    return fn
 
 
 def expect_equal(got: Any, want: Any, what: str) -> None:

@@ -21,16 +21,14 @@ import torch
 
 from ..memory import TokenToKVPoolAllocator
 from ..radix_cache import RadixCache, TreeNode
-from .check import Case, CheckResult, expect_equal, run_check
+from .check import Case, CheckResult, expect_equal, own_code, run_check
 
 EvictLoop = Callable[[RadixCache, list, int], int]
 
 
 def initial_heap(cache: RadixCache) -> list[tuple]:
     """Every unlocked leaf with its policy key, heapified (the part of ``evict`` given to students)."""
-    heap = [(cache._priority_fn(n), n) for n in cache.evictable_leaves()]
-    heapq.heapify(heap)
-    return heap
+    return cache._evictable_heap()
 
 
 def reference_evict_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
@@ -123,6 +121,11 @@ def _locked_nodes(cache: RadixCache) -> list[TreeNode]:
 
 def _compare(loop: EvictLoop, build: Callable[[], RadixCache], num_tokens: int, what: str) -> None:
     mine, ref = build(), build()
+
+    def shortcut(*args: object, **kwargs: object) -> int:
+        raise AssertionError("write the loop yourself: cache.evict and cache._evict_from_heap would do it for you")
+
+    mine.evict = mine._evict_from_heap = shortcut  # type: ignore[method-assign]
     locked = _locked_nodes(mine)
     evictable = mine.evictable_size()
     got = loop(mine, initial_heap(mine), num_tokens)
@@ -151,6 +154,7 @@ def check_evict_loop(evict_loop: EvictLoop) -> CheckResult:
     """Check a student's ``evict_loop(cache, heap, num_tokens)`` (exercise 05.1)."""
     if not callable(evict_loop):
         raise TypeError(f"evict_loop must be a function evict_loop(cache, heap, num_tokens), got {type(evict_loop).__name__}")
+    evict_loop = own_code(evict_loop, "evict_loop", reference_evict_loop)
     cases = [
         Case("figure 4-1: evict 3 tokens takes the least recently used leaf",
              lambda: _compare(evict_loop, figure_4_1, 3, "figure 4-1, evict(3)")),

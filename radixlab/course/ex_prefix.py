@@ -4,7 +4,8 @@
 for every cached path in the query's namespace, count the common tokens, keep whole pages only,
 return the best. Notebook 04_pages_and_namespaces holds the exercise; ``check_longest_cached_prefix``
 grades it with the rubric's code points (4): main path 2, edge cases 1, agreement with the real
-``RadixCache`` (the source object it maps to) 1.
+``RadixCache`` (the source object it maps to) 1. That last case is tagged ``part="mapping"``: the
+grader shows it as evidence for the rubric's mapping point, which an instructor marks by hand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 from typing import Callable, Hashable, Sequence
 
 from ..radix_cache import RadixCache, RadixKey
-from .check import Case, CheckResult, expect_equal, expect_raises, run_check
+from .check import Case, CheckResult, expect_equal, expect_raises, own_code, run_check
 
 EXERCISE = "04.1"
 TITLE = "longest_cached_prefix"
@@ -89,6 +90,7 @@ def check_longest_cached_prefix(fn: Callable, record: bool = True) -> CheckResul
     """Grade exercise 04.1: the lesson's three asserts, a short query, hidden edges, RadixCache agreement."""
     cache = [(list(t), ns) for t, ns in SEED_CACHE]
     call = "longest_cached_prefix"
+    fn = own_code(fn, call, reference_longest_cached_prefix, radix_longest_cached_prefix)
 
     def eq(args: tuple, want: int) -> Callable[[], None]:
         q, ns, paths, p = args
@@ -102,20 +104,25 @@ def check_longest_cached_prefix(fn: Callable, record: bool = True) -> CheckResul
         Case("lesson assert 3: unknown namespace adapter-B → 0", eq(([1, 2, 3, 4], "adapter-B", cache, 2), 0), 0.5),
         Case("query shorter than the cached path: 3 tokens, page_size 2 → 2", eq(short, 2), 0.5),
         # Edge cases (1 point), hidden.
-        Case("page_size <= 0 raises ValueError",
+        # Each also asks for a non-zero answer, so that only the blanked line can earn it.
+        Case("page_size <= 0 raises ValueError; page_size 1 reuses the raw match",
              lambda: (expect_raises(ValueError, lambda: fn([1, 2], "base", cache, 0), f"{call}(..., page_size=0)"),
-                      expect_raises(ValueError, lambda: fn([1, 2], "base", cache, -4), f"{call}(..., page_size=-4)")),
+                      expect_raises(ValueError, lambda: fn([1, 2], "base", cache, -4), f"{call}(..., page_size=-4)"),
+                      eq(([1, 2, 3, 4, 5, 8], "base", cache, 1), 5)()),
              0.25, hidden=True),
-        Case("empty query → 0", eq(([], "base", cache, 1), 0), 0.25, hidden=True),
-        Case("exact-length hit",
+        Case("empty query → 0; a one-token query → 1",
+             lambda: (eq(([], "base", cache, 1), 0)(), eq(([1], "base", cache, 1), 1)()), 0.25, hidden=True),
+        Case("exact-length hit: the whole cached path, a multiple of the page",
              lambda: (eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 4), 8)(),
                       eq(([1, 2, 3, 4, 5, 9], "base", cache, 3), 6)(),
-                      eq(([1, 2, 3, 4, 5, 9], "base", cache, 4), 4)()),
+                      eq(([1, 2, 3, 4, 5, 9], "base", cache, 2), 6)()),
              0.25, hidden=True),
-        Case("page_size larger than any match → 0", eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 16), 0),
+        Case("page_size larger than any match → 0; equal to the match → all of it",
+             lambda: (eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 16), 0)(),
+                      eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 8), 8)()),
              0.25, hidden=True),
         # Maps back to the source object (1 point): same answers as RadixCache.match_prefix.
         Case("agrees with RadixCache.match_prefix on 200 random caches", lambda: _agrees_with_radix_cache(fn),
-             1.0, hidden=True),
+             1.0, hidden=True, part="mapping"),
     ]
     return run_check(EXERCISE, TITLE, cases, record=record)

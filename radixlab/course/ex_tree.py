@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..tree import RadixNode, RadixTree
-from .check import Case, CheckResult, expect_equal, run_check
+from .check import Case, CheckResult, expect_equal, own_code, run_check
 
 SplitFn = Callable[[RadixNode, int], RadixNode]
 
@@ -79,6 +79,7 @@ def check_split(split: SplitFn) -> CheckResult:
     """Check a student's ``split(node, idx)`` against the seed's semantics (exercise 02.1)."""
     if not callable(split):
         raise TypeError(f"split must be a function split(node, idx), got {type(split).__name__}")
+    split = own_code(split, "split", RadixTree._split)
     cases = [
         Case("seed requests A then B", lambda: _same_tree(split, SEED, "A then B"), points=2),
         Case("direct split(node, 2): key, value, children, ref", lambda: _direct_split(split)),

@@ -161,8 +161,12 @@ def _score_exercise(exp: Exercise, ex: Execution, sub: nbformat.NotebookNode, ru
         if r["not_done"]:
             row.update(status="not done", reason="not done yet: the exercise still raises NotImplementedError")
             return row
-        visible = [c for c in r["cases"] if not c["hidden"]]
-        hidden = [c for c in r["cases"] if c["hidden"]]
+        part = lambda c: c.get("part") or ("boundary" if c["hidden"] else "main")  # noqa: E731
+        visible = [c for c in r["cases"] if part(c) == "main"]
+        hidden = [c for c in r["cases"] if part(c) == "boundary"]
+        mapping = [c for c in r["cases"] if part(c) == "mapping"]
+        if mapping:  # the check's own evidence for the manual "mapping to source objects" point
+            row["mapping_evidence"] = "passed" if all(c["passed"] for c in mapping) else "failed"
         frac = lambda cs: sum(c["earned"] for c in cs) / sum(c["points"] for c in cs) if cs else None  # noqa: E731
         main, boundary = frac(visible), frac(hidden)
         if boundary is None:  # no hidden cases: the whole code score rides on the visible ones
@@ -287,7 +291,9 @@ def format_report(rep: dict) -> str:
         if r["status"] in ("passed", "failed"):
             rows.append(("  main path (seed asserts)", "", f"{r['main_path']:g}", ""))
             rows.append(("  boundary cases (hidden)", "", f"{r['boundary']:g}", ""))
-        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
+        evidence = r.get("mapping_evidence")
+        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}",
+                     "mark by hand" + (f" (its automatic case {evidence})" if evidence else "")))
     for q in rep["questions"]:
         rows.append((f"{q['label']} {_short(_question_text(q), 40)}", "written", f"_/{q['max_points']:g}",
                      q["status"] if q["status"] != "answered" else f"answered ({len(q['answer'].split())} words)"))
