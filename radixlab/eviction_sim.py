@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .memory import ReqToTokenPool, TokenToKVPoolAllocator
 from .radix_cache import RadixCache, TreeNode
@@ -106,7 +106,7 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
     cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, max(need, 1)),
                        eviction_policy=oracle if oracle is not None else policy)
-    hits = prompt = evicted = calls = 0
+    evicted = calls = 0
     real_evict = cache.evict
 
     def counting_evict(num_tokens: int) -> int:
@@ -117,16 +117,26 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
         return n
 
     cache.evict = counting_evict  # type: ignore[method-assign]
+    hits, prompt = serve_trace(cache, trace, (lambda t: setattr(oracle, "now", t)) if oracle is not None else None)
+    return SimResult(policy, capacity, hits, prompt, evicted, calls)
+
+
+def serve_trace(cache: RadixCache, trace: Sequence[TraceRequest],
+                before_request: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """Serve every request of ``trace`` in order (admit, compute it whole, release); returns
+    (prompt tokens found in the cache, prompt tokens in all). Raises when one request cannot fit."""
+    hits = prompt = 0
     for t, item in enumerate(trace):
-        if oracle is not None:
-            oracle.now = t
+        if before_request is not None:
+            before_request(t)
         req = Request(str(t), list(item.prompt_ids), list(item.output_ids), extra_key=item.extra_key)
         hits += admit(req, cache)
         prompt += len(item.prompt_ids)
         if not extend(req, cache, len(req.all_ids) - req.seq_len):
-            raise RuntimeError("capacity too small for one request (cannot happen after the check above)")
+            raise RuntimeError(f"request {t} ({len(req.all_ids)} tokens) does not fit in the KV pool even "
+                               "after evicting everything unlocked")
         release(req, cache)
-    return SimResult(policy, capacity, hits, prompt, evicted, calls)
+    return hits, prompt
 
 
 def sweep(trace: Sequence[TraceRequest], capacities: Iterable[int], policies: Sequence[str] = POLICIES,
@@ -175,36 +185,31 @@ def bookkeeping_costs(trace: Sequence[TraceRequest], capacity: int, page_size: i
     cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, longest))
     costs = dict(requests=len(trace), node_touches=0, evict_calls=0, heap_built=0, heap_pops=0, parent_pushes=0)
-    real_match, real_insert, real_evict = cache.match_prefix, cache._insert, cache.evict
+    real_match, real_insert = cache._match_prefix_helper, cache._insert_helper
+    real_loop, real_delete = cache._evict_from_heap, cache._delete_leaf
 
-    def touched() -> int:
-        return sum(1 for n in cache.nodes() if n.last_access_time == cache._clock)
+    def counting(helper: Callable) -> Callable:
+        def run(*args: Any) -> Any:  # each helper ticks the clock once: its nodes carry the new tick
+            out = helper(*args)
+            costs["node_touches"] += sum(1 for n in cache.nodes() if n.last_access_time == cache._clock)
+            return out
+        return run
 
-    def match_prefix(key: Any) -> Any:
-        out = real_match(key)
-        costs["node_touches"] += touched()
-        return out
+    match_helper, insert_helper = counting(real_match), counting(real_insert)
 
-    def insert(key: Any, value: Any, priority: int = 0) -> Any:
-        out = real_insert(key, value, priority)
-        costs["node_touches"] += touched()
-        return out
+    def delete_leaf(node: Any) -> None:
+        costs["heap_pops"] += 1
+        real_delete(node)
 
-    def evict(num_tokens: int) -> int:
-        leaves = {id(n) for n in cache.evictable_leaves()}
-        before = {id(n) for n in cache.nodes()}
-        n = real_evict(num_tokens)
-        gone = before - {id(x) for x in cache.nodes()}
+    def evict_from_heap(heap: list, num_tokens: int) -> int:
+        built, pops = len(heap), costs["heap_pops"]
+        n = real_loop(heap, num_tokens)
         costs["evict_calls"] += 1
-        costs["heap_built"] += len(leaves)
-        costs["heap_pops"] += len(gone)
-        costs["parent_pushes"] += len(gone - leaves)
+        costs["heap_built"] += built
+        costs["parent_pushes"] += (costs["heap_pops"] - pops) + len(heap) - built  # what left = built + pushed
         return n
 
-    cache.match_prefix, cache._insert, cache.evict = match_prefix, insert, evict  # type: ignore[method-assign]
-    for t, item in enumerate(trace):
-        req = Request(str(t), list(item.prompt_ids), list(item.output_ids), extra_key=item.extra_key)
-        admit(req, cache)
-        extend(req, cache, len(req.all_ids) - req.seq_len)
-        release(req, cache)
+    cache._match_prefix_helper, cache._insert_helper = match_helper, insert_helper  # type: ignore[method-assign]
+    cache._evict_from_heap, cache._delete_leaf = evict_from_heap, delete_leaf  # type: ignore[method-assign]
+    serve_trace(cache, trace)
     return costs

@@ -110,7 +110,7 @@ class HashMatch:
 
 @dataclass
 class HashCacheStats:
-    """Running totals over every lookup of a cache (reset with ``reset_stats``)."""
+    """Running totals over every lookup of a cache."""
 
     lookups: int = 0
     hash_computations: int = 0
@@ -166,12 +166,11 @@ class HashPrefixCache:
             slots = torch.tensor(toks, dtype=torch.int64)
         else:
             slots = value if isinstance(value, torch.Tensor) else torch.tensor(_as_token_tuple(value, "value"))
-            if slots.dim() != 1 or slots.dtype.is_floating_point or len(slots) != len(toks):
+            if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype == torch.bool or len(slots) != len(toks):
                 raise ValueError(f"value must hold one slot index per token: len(value)={len(slots)}, "
                                  f"len(tokens)={len(toks)}")
             slots = slots.to(torch.int64)
         bs, parent_hash, parent, already = self.block_size, None, None, 0
-        new_part = False
         for start in range(0, len(toks) - bs + 1, bs):
             block = toks[start:start + bs]
             h = self._hash(parent_hash, block, extra_key)
@@ -179,11 +178,10 @@ class HashPrefixCache:
             if entry is None:
                 entry = CachedBlock(h, block, extra_key, parent, slots[start:start + bs].clone(), ref=0)
                 self.table[h] = entry
-                new_part = True
-            elif not self._guard(entry, block, extra_key, parent):
-                self.stats.collisions += 1
+            elif not self._guard(entry, block, extra_key, parent):  # (a block made just now is never
+                self.stats.collisions += 1                          # the parent of an existing entry)
                 break
-            elif not new_part:
+            else:
                 already += bs
             entry.ref += 1
             parent_hash, parent = h, entry
@@ -256,9 +254,6 @@ class HashPrefixCache:
         s.dict_probes += match.dict_probes
         s.collisions += match.collisions
         return match
-
-    def reset_stats(self) -> None:
-        self.stats = HashCacheStats()
 
     # -- views -------------------------------------------------------------------------------
 

@@ -144,3 +144,10 @@ def test_page_size_view_numbers_and_text():
     assert repr(view).startswith("page_size=4: raw match 7 tokens → reusable ⌊7/4⌋·4 = 4; prefill resumes at token 5")
     assert "[path]" in repr(view)
     assert page_size_view(paths, q, "lora_medical", 4).reusable == 0
+
+
+def test_writing_an_equal_token_into_a_shared_page_after_the_fork_is_an_overwrite():
+    from radixlab.viz.pages import page_table_view
+
+    view = page_table_view([1, 2, 3, 4], [1, 2, 9, 4], page_size=4, align=False)
+    assert [(p, s) for p, s, *_ in view.overwrites] == [(0, 2), (0, 3)]

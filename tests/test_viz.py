@@ -76,6 +76,10 @@ def test_replay_validates_every_op_before_running_any():
     with pytest.raises(ValueError, match=r"ops\[1\]"):
         replay(t, [("insert", A), ("delete", A)])
     assert t.num_nodes() == 0
+    for bad in [("match",), ("insert",), ("split", A), ("insert", A, "v", "extra")]:
+        with pytest.raises(ValueError, match=r"ops\[1\]"):
+            replay(t, [("insert", A), bad])
+        assert t.num_nodes() == 0
     with pytest.raises(TypeError, match="tree"):
         replay([], [])
 

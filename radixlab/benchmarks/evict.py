@@ -19,10 +19,9 @@ import time
 from collections import OrderedDict
 from typing import Sequence
 
-from ..eviction_sim import capacity_grid
+from ..eviction_sim import capacity_grid, serve_trace
 from ..memory import ReqToTokenPool, TokenToKVPoolAllocator
 from ..radix_cache import RadixCache, RadixKey, TreeNode
-from ..request import Request, admit, extend, release
 from ..workloads import WORKLOADS, TraceRequest
 
 
@@ -32,14 +31,12 @@ class ListLRURadixCache(RadixCache):
     def reset(self) -> None:
         super().reset()
         self.lru: OrderedDict[TreeNode, None] = OrderedDict()  # least recently used first
-        self.relinks = 0
 
     def _touch_path(self, node: TreeNode) -> None:
         # Leaf first, then up to the root: every node ends up after all its descendants.
         while node is not self.root_node:
             self.lru.pop(node, None)
             self.lru[node] = None
-            self.relinks += 1
             node = node.parent
 
     def _match_prefix_helper(self, node: TreeNode, key: RadixKey):
@@ -87,13 +84,8 @@ def replay(trace: Sequence[TraceRequest], capacity: int, cache_cls: type[RadixCa
         return out
 
     cache.evict = timed_evict  # type: ignore[method-assign]
-    hits = 0
     t0 = time.perf_counter()
-    for t, item in enumerate(trace):
-        req = Request(str(t), list(item.prompt_ids), list(item.output_ids), extra_key=item.extra_key)
-        hits += admit(req, cache)
-        extend(req, cache, len(req.all_ids) - req.seq_len)
-        release(req, cache)
+    hits, _ = serve_trace(cache, trace)
     total = time.perf_counter() - t0
     cache.check_invariants()
     return total, in_evict[0], hits

@@ -105,18 +105,9 @@ def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
     return row
 
 
-def run(lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 20, block_size: int = 16,
-        progress: bool = False) -> list[LookupRow]:
+def run(lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 20, block_size: int = 16) -> list[LookupRow]:
     """Measure every length in one run (so the ratios share one machine state)."""
-    rows = []
-    it = lengths
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(lengths, desc="prefix lengths")
-    for n in it:
-        rows.append(measure(build_setup(n, block_size), repeats))
-    return rows
+    return [measure(build_setup(n, block_size), repeats) for n in lengths]
 
 
 def format_counts(rows: Sequence[LookupRow]) -> str:

@@ -51,8 +51,7 @@ def student_notebook(nb: nbformat.NotebookNode, where: str = "notebook") -> nbfo
     nb = nbformat.from_dict(nb)  # deep copy
     cells = []
     for i, cell in enumerate(nb.cells):
-        tags = cell.get("metadata", {}).get("tags", [])
-        if SOLUTION_TAG in tags:
+        if is_solution_cell(cell):
             cells.append(nbformat.v4.new_markdown_cell(ANSWER_PLACEHOLDER))
             continue
         if cell.cell_type == "code":
@@ -95,10 +94,15 @@ def _holds_instructor_notebooks(folder: Path) -> bool:
         except Exception:
             continue
         for cell in nb.cells:
-            if SOLUTION_TAG in cell.get("metadata", {}).get("tags", []) or has_solution_markers(cell.source):
+            if is_solution_cell(cell) or has_solution_markers(cell.source):
                 return True
     return False
 
 
 def has_solution_markers(source: str) -> bool:
-    return bool(re.search(r"^\s*### BEGIN SOLUTION", source, re.M))
+    return bool(re.search(r"^\s*" + re.escape(BEGIN), source, re.M))
+
+
+def is_solution_cell(cell: dict) -> bool:
+    """A reference-answer cell (tagged ``solution``): removed from the student edition."""
+    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import nbformat
 
-from .edition import ANSWER_PLACEHOLDER, SOLUTION_TAG
-from .runner import MARK, Execution, _text, execute  # noqa: F401  (re-exported)
+from .edition import ANSWER_PLACEHOLDER, is_solution_cell
+from .runner import Execution, _text, execute
 
 VERDICT = re.compile(r"^[✅⏳❌] Exercise (\S+) \((.*?)\):", re.M)
 SCORE = re.compile(r"Score ([\d.]+)/([\d.]+)")
@@ -98,7 +98,7 @@ def load_lesson(path: Path) -> Lesson:
     questions: list[Question] = []
     problem = ""
     for i, cell in enumerate(nb.cells):
-        if SOLUTION_TAG in cell.get("metadata", {}).get("tags", []):
+        if is_solution_cell(cell):
             prev = nb.cells[i - 1].source.strip() if i > 0 else ""
             label, prompt = _question(prev, len(questions) + 1)
             points = cell.get("metadata", {}).get("radixlab", {}).get("points")
@@ -117,7 +117,7 @@ def load_lesson(path: Path) -> Lesson:
                        "execute the instructor notebook first (make execute-notebooks)")
     rubric = {**DEFAULT_RUBRIC, **nb.metadata.get("radixlab", {}).get("rubric", {})}
     return Lesson(path.stem, path, _first_heading(nb), exercises, questions, rubric,
-                  {c.source.strip() for c in nb.cells if SOLUTION_TAG not in c.get("metadata", {}).get("tags", [])},
+                  {c.source.strip() for c in nb.cells if not is_solution_cell(c)},
                   problem)
 
 
@@ -223,12 +223,10 @@ def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_t
                 cell.outputs, cell.execution_count = [], None
     except Exception as exc:
         report["status"] = "unreadable"
-        report["execution"] = asdict(Execution(stopped=f"not a readable notebook: {type(exc).__name__}: {exc}"))
-        sub, ex = nbformat.v4.new_notebook(), None
+        sub, ex = nbformat.v4.new_notebook(), Execution(stopped=f"not a readable notebook: {type(exc).__name__}: {exc}")
     else:
         ex = execute(sub, cell_timeout, total_timeout)
-        report["execution"] = {k: v for k, v in asdict(ex).items() if k not in ("results", "result_cell")}
-    ex = ex or Execution(stopped=report["execution"]["stopped"])
+    report["execution"] = {k: v for k, v in asdict(ex).items() if k != "results"}
     report["exercises"] = [_score_exercise(e, ex, sub, rubric) for e in lesson.exercises]
     if report["status"] == "unreadable":
         for row in report["exercises"]:

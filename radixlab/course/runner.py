@@ -39,7 +39,6 @@ class Execution:
     errors: list[dict] = field(default_factory=list)  # {cell, ename, evalue}
     stopped: str = ""  # why execution stopped early ("" when it ran to the end)
     results: list[dict] = field(default_factory=list)  # RESULTS as dicts, hidden cases included
-    result_cell: dict[str, int] = field(default_factory=dict)  # exercise id -> cell that produced it
 
 
 def execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: int) -> Execution:
@@ -91,7 +90,7 @@ async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: 
                     else:
                         ex.errors.append({"cell": index, "ename": content.get("ename", "Error"),
                                           "evalue": str(content.get("evalue", ""))[:300]})
-                if not await _collect(client, ex, index):
+                if not await _collect(client, ex):
                     ex.stopped = (f"kernel still busy after cell {index} was interrupted "
                                   "(does the code catch KeyboardInterrupt?)")
                     break
@@ -104,8 +103,8 @@ async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: 
     return ex
 
 
-async def _collect(client, ex: Execution, after_cell: int) -> bool:
-    """Read RESULTS from the kernel; remember which cell produced each new exercise verdict."""
+async def _collect(client, ex: Execution) -> bool:
+    """Read RESULTS from the kernel into ``ex.results``; False when the kernel does not answer."""
     probe = nbformat.v4.new_code_cell(COLLECT)
     client.timeout = 15
     client.nb.cells.append(probe)  # nbclient stores the executed cell back at its index
@@ -118,8 +117,5 @@ async def _collect(client, ex: Execution, after_cell: int) -> bool:
     text = "".join(_text(o) for o in probe.outputs)
     if MARK not in text:  # the probe itself timed out: the kernel is still stuck in the student's cell
         return False
-    results = json.loads(text.split(MARK, 1)[1].strip().splitlines()[0])
-    for r in results[len(ex.results):]:
-        ex.result_cell[r["exercise"]] = after_cell
-    ex.results = results
+    ex.results = json.loads(text.split(MARK, 1)[1].strip().splitlines()[0])
     return True

@@ -103,10 +103,9 @@ def page_table_view(cached: Sequence[int], query: Sequence[int], page_size: int,
             next_page += 1
         page, slot = page_of_b[logical], i % page_size
         old = slots[page][slot]
-        if old is not None and old[0] == "A" and old[1] != b[i]:
-            overwrites.append((page, slot, old[1], b[i]))
-        if old is None or old[1] != b[i]:
-            slots[page][slot] = ("B", b[i])
+        if old is not None and old[0] == "A":  # past the match B's KV differs even for an equal token:
+            overwrites.append((page, slot, old[1], b[i]))  # it depends on the whole prefix
+        slots[page][slot] = ("B", b[i])
     pages = [{"page": p, "slots": slots[p], "users": users[p]} for p in sorted(slots)]
     return PageTableView(page_size, matched, reused, pages, overwrites)
 

@@ -54,8 +54,11 @@ def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int =
     for i, op in enumerate(ops):  # validate all ops before changing anything
         if not isinstance(op, tuple) or not op or op[0] not in OPS:
             raise ValueError(f"ops[{i}] must be a tuple starting with one of {OPS}, got {op!r}")
-        if op[0] == "split" and len(op) != 3:
-            raise ValueError(f"ops[{i}]: a split is ('split', where, idx), got {op!r}")
+        arity = {"insert": (2, 3), "match": (2,), "split": (3,)}[op[0]]
+        if len(op) not in arity:
+            shape = {"insert": "('insert', tokens[, value])", "match": "('match', tokens)",
+                     "split": "('split', where, idx)"}[op[0]]
+            raise ValueError(f"ops[{i}]: a {op[0]} is {shape}, got {op!r}")
     steps = [Step(0, ("start",), "", draw_tree(tree, caption="step 0: empty tree" if _empty(tree) else "step 0: start",
                                                max_tokens=max_tokens, fmt=fmt))]
     split_name = "_split" if isinstance(tree, RadixTree) else "_split_node"

@@ -48,9 +48,7 @@ class TreeDrawing:
         return self.svg()
 
     def svg(self) -> str:
-        import graphviz
-
-        return graphviz.Source(self.dot_source).pipe(format="svg", encoding="utf-8")
+        return self.digraph_source().pipe(format="svg", encoding="utf-8")
 
     def digraph_source(self):
         """The drawing as a ``graphviz.Source`` (render it to a file with ``.render(...)``)."""

@@ -95,7 +95,7 @@ class LabServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        shutil.rmtree(self.home / "runtime", ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)  # config, data, settings, runtime and the log
 
     def __enter__(self) -> "LabServer":
         return self.start()

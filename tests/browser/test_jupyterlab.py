@@ -31,6 +31,8 @@ import pytest
 
 from lab_server import LabServer
 
+from radixlab.course.grade import CHECK_CALL
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SHOTS = REPO / "build" / "screenshots"
@@ -39,7 +41,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 DRAWS_TREES = re.compile(r"\b(draw_tree|step_through|replay|\w*_slider|draw_\w+)\s*\(")
 HAS_SLIDER = re.compile(r"\b(step_through|\w*_slider|IntSlider|FloatSlider|SelectionSlider|interact)\s*\(")
-CHECK_CALL = re.compile(r"(?<!def )\bcheck_\w+\s*\(")
 RUN_TIMEOUT_MS = 240_000  # one notebook, run all, on a slow 2-core machine
 
 # -- JavaScript run in the page (window.jupyterapp is exposed by the server flag) -----------------
