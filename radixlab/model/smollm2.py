@@ -340,14 +340,10 @@ def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype = 
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     config_fields, tensors, tokenizer = load_converted(progress=progress)
-    model = LlamaForCausalLM(ModelConfig(**config_fields))
+    model = LlamaForCausalLM(ModelConfig.from_dict(config_fields), tokenizer=tokenizer)
     expected = set(model.state_dict())
-    if "lm_head.weight" not in expected:  # a model that ties by reusing the embedding directly
-        tensors.pop("lm_head.weight", None)
     missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
     if missing or unexpected:
         raise RuntimeError(f"SmolLM2 weights do not fit the model: missing {missing[:4]}, unexpected {unexpected[:4]}")
     model.load_state_dict(tensors, strict=True)
-    model = model.to(device=device, dtype=dtype).eval()
-    model.tokenizer = tokenizer
-    return model
+    return model.to(device=device, dtype=dtype).eval()
