@@ -21,6 +21,16 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOL = 1e-4
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors gain nothing from a second intra-op thread, and on a busy 2-core machine its
+    spin-waits make each step ~30x slower: run this module single-threaded, then restore."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module", params=DEVICES)
 def model(request):
     return load_model("tiny", device=request.param)
