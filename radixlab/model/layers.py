@@ -3,7 +3,7 @@
 ``RadixAttention`` (SGLang's name, ``sglang/srt/layers/radix_attention.py``) is where the KV pool
 becomes real: it writes the new tokens' K/V into ``MHATokenToKVPool`` at ``out_cache_loc`` and
 reads each request's whole K/V — cached prefix and new tokens — through the request's row,
-``req_to_token[req_pool_idx, :seq_len]``. Plain torch (gather + ``scaled_dot_product_attention``),
+``req_to_token[req_pool_idx, :seq_len]``. Plain torch (a gather, then attention written out),
 one request at a time: slow, but every index is visible. Notebook 07_kv_memory_pool teaches it.
 """
 
@@ -75,21 +75,28 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
-          mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-    """Attention of ``q`` ``[Tq, H, D]`` over ``k, v`` ``[Tk, Hkv, D]``; each KV head serves
-    ``H // Hkv`` query heads (grouped-query attention). Returns ``[Tq, H, D]``."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
+              q_positions: torch.Tensor) -> torch.Tensor:
+    """Causal attention of queries ``q`` ``[Tq, H, D]`` at ``q_positions`` over keys/values
+    ``k, v`` ``[Tk, Hkv, D]`` at positions ``0 .. Tk-1``: query at position p sees keys 0..p.
+
+    Grouped-query attention: each KV head serves ``H // Hkv`` consecutive query heads. Written out
+    (scores, mask, softmax in fp32, weighted sum) rather than ``F.scaled_dot_product_attention``:
+    the same few lines serve the dense and the pool path, and on a small CPU model they are faster.
+    """
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, is_causal=is_causal, scale=scaling)
-    return out.transpose(0, 1)
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # heads first: [H, T, D]
+    scores = (q @ k.transpose(1, 2)).float() * scaling                  # [H, Tq, Tk]
+    allowed = torch.arange(k.shape[1], device=q.device)[None, :] <= q_positions[:, None]
+    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1).to(v.dtype)
+    return (probs @ v).transpose(0, 1)                                  # [Tq, H, D]
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float) -> torch.Tensor:
     """Plain causal attention over one sequence (``forward_dense``, no pool)."""
-    return _sdpa(q, k, v, scaling, None, is_causal=True)
+    return attention(q, k, v, scaling, torch.arange(q.shape[0], device=q.device))
 
 
 class RadixAttention(nn.Module):
@@ -122,9 +129,8 @@ class RadixAttention(nn.Module):
             slots = req_to_token_pool.req_to_token[row, :seq_len]
             k_seq, v_seq = k_buffer[slots], v_buffer[slots]
             # 3. New token j sits at position prefix_len + j and may see positions 0 .. prefix_len + j.
-            q_pos = torch.arange(prefix_len, seq_len, device=q.device)
-            mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
+            q_positions = torch.arange(prefix_len, seq_len, device=q.device)
             end = start + extend_len
-            out[start:end] = _sdpa(q[start:end], k_seq, v_seq, self.scaling, mask, is_causal=False)
+            out[start:end] = attention(q[start:end], k_seq, v_seq, self.scaling, q_positions)
             start = end
         return out
