@@ -9,7 +9,7 @@ one request at a time: slow, but every index is visible. Notebook 07_kv_memory_p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +99,17 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling:
     return attention(q, k, v, scaling, torch.arange(q.shape[0], device=q.device))
 
 
+def gather_kv(req_to_token: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+              req_pool_idx: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A request's K and V, ``[seq_len, kv_heads, head_dim]`` each, in position order.
+
+    The request's row names the slot of each of its tokens, prefix included: position ``p`` lives
+    in slot ``req_to_token[req_pool_idx, p]``, and its K/V in that row of the layer's buffers.
+    """
+    slots = req_to_token[req_pool_idx, :seq_len]
+    return k_buffer[slots], v_buffer[slots]
+
+
 class RadixAttention(nn.Module):
     """Attention that reads and writes K/V in the pool by slot index (SGLang's ``RadixAttention``).
 
@@ -109,6 +120,8 @@ class RadixAttention(nn.Module):
         super().__init__()
         self.tp_q_head_num, self.tp_k_head_num = num_heads, num_kv_heads  # SGLang's attribute names
         self.head_dim, self.scaling, self.layer_id = head_dim, scaling, layer_id
+        # Exercise 07.1's check plugs a student's gather in here (same signature as ``gather_kv``).
+        self.gather_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gather_kv
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
                 req_to_token_pool: "ReqToTokenPool", token_to_kv_pool: "MHATokenToKVPool") -> torch.Tensor:
@@ -124,10 +137,8 @@ class RadixAttention(nn.Module):
         extend_lens = forward_batch.extend_seq_lens.tolist()
         for row, prefix_len, extend_len in zip(rows, prefix_lens, extend_lens):
             seq_len = prefix_len + extend_len
-            # 2. The request's row names the slot of each of its tokens, prefix included:
-            #    position p lives in slot req_to_token[row, p]. Gather its K/V in position order.
-            slots = req_to_token_pool.req_to_token[row, :seq_len]
-            k_seq, v_seq = k_buffer[slots], v_buffer[slots]
+            # 2. Gather the request's K/V, cached prefix and new tokens, in position order.
+            k_seq, v_seq = self.gather_fn(req_to_token_pool.req_to_token, k_buffer, v_buffer, row, seq_len)
             # 3. New token j sits at position prefix_len + j and may see positions 0 .. prefix_len + j.
             q_positions = torch.arange(prefix_len, seq_len, device=q.device)
             end = start + extend_len
