@@ -55,7 +55,10 @@ def test_decision_table_quotes_this_runs_counts():
     hit_rows = {s: lookup.hit_tokens(lookup.branching_prompts(n_branches=8, shared=s)) for s in (8, 100)}
     table = lookup.decision_table(rows, hit_rows)
     lines = table.splitlines()
-    assert len(lines) == 5 and lines[0].startswith("situation")
-    assert f"1k prefix: {rows[0].probe_down_hashes} hashes" in table
-    assert f"2k prefix: {rows[-1].probe_down_hashes} hashes (probe-down)" in table
+    assert len(lines) == 7 and lines[0].startswith("situation")
+    long_ = rows[-1]
+    assert f"2k: {long_.kept_probes} dict probes, 0 hashes vs 1 node, 2048 tokens compared" in table
+    assert f"2k: {long_.probe_down_hashes} hashes of the whole prompt" in table
+    assert f"2k: {long_.probe_down_hashes} hashes per lookup (probe-down), {long_.forward_hashes} (forward)" in table
     assert f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens" in table
+    assert f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hit tokens" in table
