@@ -20,7 +20,7 @@ def test_tiny_run_prints_counts_times_and_ratios(capsys):
     # the kept-hash probe hashes nothing and probes like the forward walk
     assert re.match(r"\s+256\s+256\s+256 \|\s+20\s+5 \|\s+17\s+17 \|\s+0\s+17 \|\s+20 \|\s+1$", lines[2])
     assert re.match(r"\s+512\s+512\s+512 \|\s+36\s+5 \|\s+33\s+33 \|\s+0\s+33 \|\s+36 \|\s+1$", lines[3])
-    ratio_rows = [l for l in lines if re.match(r"\s+(256|512) \|", l)]
+    ratio_rows = [l for l in lines if re.match(r"\s+(256|512) \|", l) and "×" in l]
     assert len(ratio_rows) == 2
     for row in ratio_rows:
         assert re.search(r"(\d+\.\d\s+){3}\d+\.\d \|\s+(\d+\.\d\d×\s+){3}\|\s+\d+\.\d$", row), row
@@ -62,3 +62,13 @@ def test_decision_table_quotes_this_runs_counts():
     assert f"2k: {long_.probe_down_hashes} hashes per lookup (probe-down), {long_.forward_hashes} (forward)" in table
     assert f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens" in table
     assert f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hit tokens" in table
+
+
+def test_break_even_is_where_hashing_once_pays_back():
+    row = lookup.run([256], repeats=0)[0]
+    row.hash_once_s, row.kept_s, row.radix_s = 30e-6, 1e-6, 4e-6
+    assert row.break_even_lookups == pytest.approx(10.0)
+    text = lookup.format_per_request([row])
+    assert "break-even lookups" in text and text.splitlines()[1].rstrip().endswith("10.0")
+    row.kept_s = 5e-6  # the probe is not faster: keeping hashes never pays back
+    assert row.break_even_lookups == float("inf")

@@ -71,6 +71,16 @@ class LookupRow:
         return self.forward_s / self.radix_s
 
     @property
+    def break_even_lookups(self) -> float:
+        """Lookups of one request after which keeping hashes has paid back hashing it once.
+
+        Per request the hash cache pays ``hash_once + n * kept`` and the tree ``n * radix``; the two
+        meet at ``n = hash_once / (radix - kept)`` (infinite when the probe is not faster).
+        """
+        saved = self.radix_s - self.kept_s
+        return self.hash_once_s / saved if saved > 0 else float("inf")
+
+    @property
     def kept_vs_radix(self) -> float:
         """Below 1: the probe with kept hashes is faster than the radix match."""
         return self.kept_s / self.radix_s
@@ -163,6 +173,15 @@ def format_times(rows: Sequence[LookupRow]) -> str:
     return "\n".join(lines)
 
 
+def format_per_request(rows: Sequence[LookupRow]) -> str:
+    """What one request costs in all: hashing it once plus its lookups, vs the tree's lookups alone."""
+    lines = [f"{'prefix':>7} | {'1 lookup: hash once + probe':>27} {'radix':>8} | {'break-even lookups':>18}"]
+    for r in rows:
+        lines.append(f"{r.prefix_len:>7} | {(r.hash_once_s + r.kept_s) * 1e6:>24.1f} µs {r.radix_s * 1e6:>5.1f} µs | "
+                     f"{r.break_even_lookups:>18.1f}")
+    return "\n".join(lines)
+
+
 # -- the branching workload: where block granularity loses hits --------------------------------
 
 
@@ -236,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_counts(rows))
     print()
     print(format_times(rows))
+    print()
+    print(format_per_request(rows))
     last = rows[-1]
     print(f"\n{last.prefix_len}-token cached prefix, lookup time / radix match_prefix time:")
     print(f"  probe-down, re-hashing every block (seed step13): {last.probe_down_vs_radix:.2f}×")
