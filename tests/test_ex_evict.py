@@ -13,7 +13,7 @@ from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forge
                                       reference_evict_loop)
 
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_locks_and_eviction.ipynb"
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_eviction.ipynb"
 
 
 def blank(cache, heap, num_tokens):
@@ -40,7 +40,7 @@ def evicts_everything(cache, heap, num_tokens):
 
 
 def notebook_solution():
-    """The instructor's ``evict_loop`` from notebook 05, markers stripped."""
+    """The instructor's ``evict_loop`` from notebook 06, markers stripped."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     src = next(c.source for c in nb.cells if c.cell_type == "code" and "def evict_loop" in c.source)
     scope = {"heapq": heapq}
