@@ -67,3 +67,19 @@ def test_doctor_without_paths_shows_no_machine_paths(capsys):
     out = capsys.readouterr().out
     assert "  python" in out and "  graphviz dot" in out and "  torch" in out
     assert _sys.executable not in out and "/usr/bin/dot" not in out and "/work" not in out
+
+
+def test_doctor_reads_versions_without_importing_the_packages():
+    """Importing JupyterLab alone takes seconds (notebook 00's doctor cell was ~12 s): read metadata."""
+    code = ("import sys; from radixlab import doctor; rows = dict(doctor.report(paths=False)); "
+            "heavy = [m for m in ('jupyterlab', 'matplotlib', 'ipywidgets', 'nbval', 'ipykernel') if m in sys.modules]; "
+            "print(heavy, rows['jupyterlab'] != 'not installed')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] True"
+
+
+def test_doctor_names_a_missing_package():
+    from radixlab import doctor
+
+    assert doctor._version("no-such-distribution-radixlab") == "not installed"

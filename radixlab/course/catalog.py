@@ -20,8 +20,9 @@ class Lesson:
 COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 10,
            "prefill cost vs prompt length; a shared system prompt served with and without a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 20,
-           "trie vs radix tree (Q1), insert and match_prefix step by step, requests A and B", "adv05"),
+    Lesson("01_radix_tree", "The radix tree", 25,
+           "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B",
+           "adv05"),
     Lesson("02_cow_split", "Copy-on-write split and ref counts", 20,
            "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercise: the split", "adv05"),
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
@@ -40,5 +41,6 @@ COURSE = [
 
 def course_map() -> str:
     """The map as a text table (notebook 00 prints it)."""
-    rows = [f"{l.notebook:<26} {l.minutes:>3} min  {l.title}\n{'':<33}{l.teaches}" for l in COURSE]
+    w = max(len(l.notebook) for l in COURSE)
+    rows = [f"{l.notebook:<{w}} {l.minutes:>3} min  {l.title}\n{'':<{w + 7}}{l.teaches}" for l in COURSE]
     return "\n".join(rows)
