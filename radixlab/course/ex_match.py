@@ -4,112 +4,102 @@ The student writes ``match_prefix(root, tokens) -> (hit_len, hit_val)``: walk do
 while whole edges agree with ``tokens``, remember the last node that holds a value, and stop where
 the query ends or differs inside an edge (the seed's semantics, ``RadixTree.match_prefix``).
 
-Every case is plain data: the requests inserted into a fresh ``RadixTree`` (each with the value
-``"KV<i>"``) and the queries asked. ``answers`` runs a function on a case and returns plain data
-(one ``[hit_len, hit_val]`` pair per query, and the tree's text before and after), so a grader can
-run the student's function in one process and compute the expected answers in another.
+A case is plain data: the requests inserted into a fresh ``RadixTree`` (request ``i`` gets the
+value ``"KV<i>"``) and the queries asked. ``drive`` builds the tree, calls the function on every
+query and returns plain data: one ``[hit_len, hit_val]`` per query and whether the tree changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
 from typing import Any, Callable, Hashable, Sequence
 
 from ..tree import RadixNode, RadixTree
-from .check import Case, CheckResult, own_code, run_check
+from .ex_tree import plain, render, snapshot
+from .spec import ExerciseSpec, GradedCase, check_exercise
 
 MatchFn = Callable[[RadixNode, Sequence[Hashable]], tuple[int, Any]]
 
-A, B, C = ["sys", "prompt", "A"], ["sys", "prompt", "B"], ["sys", "prompt", "C"]
 
-
-@dataclass(frozen=True)
-class MatchCase:
-    """Requests to insert (values ``KV0``, ``KV1``, ...) and queries to match, all plain lists."""
-
-    name: str
-    requests: tuple
-    queries: tuple
-    hidden: bool = False
-    points: float = 1.0
-
-
-def _branching() -> tuple[tuple, tuple]:
-    """A deterministic tree with forks at several depths, values on internal nodes, and queries
-    that end on boundaries, inside edges, past leaves and off the tree."""
-    requests = ([1, 2, 3, 4, 5, 6], [1, 2, 3], [1, 2, 3, 7, 8], [1, 9, 9], [2, 2], [1, 2, 3, 4, 5, 6, 7, 7])
-    queries = ([1, 2, 3, 4, 5, 6, 7, 7, 7], [1, 2, 3, 4], [1, 2, 3, 7, 8, 1], [1, 2, 3, 7], [1, 9],
-               [1, 9, 9], [2, 2, 2], [2], [3], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7])
-    return tuple(map(tuple, requests)), tuple(map(tuple, queries))
-
-
-CASES = (
-    MatchCase("seed: A and B cached; match A, B, C and the shared prefix",
-              (tuple(A), tuple(B)), (tuple(A), tuple(B), tuple(C), ("sys", "prompt")), points=2),
-    MatchCase("only A cached: B diverges inside A's edge", (tuple(A),), (tuple(B), tuple(A), ("sys",))),
-    MatchCase("a query longer than the cached path hits where the path ends",
-              ((1, 2, 3),), ((1, 2, 3, 4, 5),), hidden=True),
-    MatchCase("the last node *holding a value* counts, not the last node reached",
-              ((1, 2), (1, 2, 3, 4), (1, 2, 3, 5)), ((1, 2, 3, 9), (1, 2, 3), (1, 2, 3, 4)), hidden=True),
-    MatchCase("an empty query, and a token no edge starts with", ((5, 6),), ((), (7,)), hidden=True),
-    MatchCase("forks at several depths, values on internal nodes", *_branching(), hidden=True),
-)
-
-
-def build_tree(case: MatchCase) -> RadixTree:
+def reference_match_prefix(root: RadixNode, tokens: Sequence[Hashable]) -> tuple[int, Any]:
+    """The instructor's answer: radixlab's own ``RadixTree.match_prefix`` on that root (grader side only)."""
     tree = RadixTree()
-    for i, tokens in enumerate(case.requests):
+    tree.root = root
+    return tree.match_prefix(tokens)
+
+
+def build_tree(requests: Sequence[Sequence[Hashable]]) -> RadixTree:
+    tree = RadixTree()
+    for i, tokens in enumerate(requests):
         tree.insert(list(tokens), f"KV{i}")
     return tree
 
 
-def answers(fn: MatchFn, case: MatchCase) -> dict:
-    """Run ``fn`` on every query of ``case``: plain data (the tree's text before and after, and
-    one ``[hit_len, hit_val]`` per query)."""
-    tree = build_tree(case)
-    before = tree.format()
+def drive(match_prefix: MatchFn, args: dict) -> dict:
+    """Build the tree from ``args["requests"]``, ask every query; plain data out."""
+    tree = build_tree(args["requests"])
+    before = snapshot(tree.root)
     results = []
-    for q in case.queries:
-        got = fn(tree.root, list(q))
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise AssertionError(f"match_prefix({list(q)}) must return a pair (hit_len, hit_val), got {got!r}")
-        results.append([got[0], got[1]])
-    return {"tree_before": before, "tree_after": tree.format(), "results": results}
+    for q in args["queries"]:
+        got = match_prefix(tree.root, list(q))
+        results.append(plain(list(got)) if isinstance(got, tuple) and len(got) == 2 else ["not a pair", plain(got)])
+    after = snapshot(tree.root)
+    return {"results": results, "tree_changed": after != before, "tree": render(before)}
 
 
-def reference_answers(case: MatchCase) -> dict:
-    """The expected plain data, from ``RadixTree.match_prefix``."""
-    tree = build_tree(case)
-    text = tree.format()
-    return {"tree_before": text, "tree_after": text,
-            "results": [list(tree.match_prefix(list(q))) for q in case.queries]}
+def compare(got: dict, want: dict, args: dict) -> str | None:
+    if got == want:
+        return None
+    if got["tree_changed"]:
+        return "match_prefix must not change the tree (it only reads it); the tree was:\n" + want["tree"]
+    for q, g, w in zip(args["queries"], got["results"], want["results"]):
+        if g == w:
+            continue
+        if g and g[0] == "not a pair":
+            return f"match_prefix(root, {q}) must return a pair (hit_len, hit_val), got {g[1]!r}"
+        hint = ""
+        if isinstance(g[0], int) and g[0] > w[0]:
+            hint = ("\n   A hit ends after a whole edge, at a node that holds a value: did you count a partial edge, "
+                    "or a node whose value is None?")
+        elif isinstance(g[0], int) and g[0] < w[0]:
+            hint = "\n   Keep walking while whole edges agree, and remember the deepest node that holds a value."
+        return (f"match_prefix(root, {q}) returned {tuple(g)}, expected {tuple(w)}.{hint}\n"
+                f"The tree (requests {args['requests']}, request i holds 'KV<i>'):\n{want['tree']}")
+    return "the result differs from the reference"
 
 
-def compare(got: dict, want: dict, case: MatchCase) -> None:
-    """Raise AssertionError naming the first query that differs (or a changed tree)."""
-    if got["tree_after"] != got["tree_before"]:
-        raise AssertionError("match_prefix must not change the tree. Before:\n"
-                             f"{got['tree_before']}\nafter:\n{got['tree_after']}")
-    for q, g, w in zip(case.queries, got["results"], want["results"]):
-        if g != w:
-            hint = ""
-            if g[0] > w[0]:
-                hint = (" (a hit ends at a node holding a value, after a whole edge: did you count a partial"
-                        " edge, or a node whose value is None?)")
-            elif g[0] < w[0]:
-                hint = " (keep walking while whole edges agree; remember the deepest node that holds a value)"
-            raise AssertionError(f"match_prefix({list(q)}): expected (hit_len, hit_val) = {tuple(w)}, got {tuple(g)}{hint}\n"
-                                 f"tree:\n{want['tree_before']}")
+A, B, C = ["sys", "prompt", "A"], ["sys", "prompt", "B"], ["sys", "prompt", "C"]
 
 
-def _case(fn: MatchFn, case: MatchCase) -> Case:
-    return Case(case.name, lambda: compare(answers(fn, case), reference_answers(case), case),
-                points=case.points, hidden=case.hidden)
+def cases(seed: int = 0) -> list[GradedCase]:
+    """The seed's requests (main), and hidden shapes with tokens drawn from ``seed``."""
+    rng = random.Random(seed)
+    t = rng.sample(range(1, 100), 12) if seed else list(range(1, 13))
+
+    def hidden(name: str, requests: list, queries: list, weight: float = 1.0) -> GradedCase:
+        return GradedCase(name, {"requests": requests, "queries": queries}, "boundary", weight)
+    return [
+        GradedCase("seed: A and B cached; match A, B, C and the shared prefix",
+                   {"requests": [A, B], "queries": [A, B, C, ["sys", "prompt"]]}, weight=2),
+        GradedCase("only A cached: B diverges inside A's edge", {"requests": [A], "queries": [B, A, ["sys"]]}),
+        hidden("a query longer than the cached path hits where the path ends", [t[:3]], [t[:5], t[:3] + [t[11]]]),
+        hidden("the deepest node *holding a value* counts, not the last node reached",
+               [t[:2], t[:4], t[:3] + [t[5]]], [t[:3] + [t[9]], t[:3], t[:4], t[:2] + [t[10]]]),
+        hidden("an empty query, and a token no edge starts with", [t[4:6]], [[], [t[7]], [t[5]]]),
+        hidden("forks at several depths, values on internal nodes",
+               [t[:6], t[:3], t[:3] + t[6:8], [t[0], t[8], t[8]], [t[1], t[1]], t[:6] + [t[6], t[6]]],
+               [t[:6] + [t[6]] * 3, t[:4], t[:3] + t[6:8] + [t[0]], t[:3] + [t[6]], [t[0], t[8]], [t[0], t[8], t[8]],
+                [t[1]] * 3, [t[1]], [t[2]], t[:6], t[:6] + [t[6]]], weight=2),
+    ]
 
 
-def check_match_prefix(match_prefix: MatchFn) -> CheckResult:
+SPEC = ExerciseSpec(
+    id="01.1", title="match_prefix", function="match_prefix", check="check_match_prefix",
+    reference=reference_match_prefix, drive=drive, cases=cases, compare=compare,
+    forbidden=("match_prefix", "reference_match_prefix", "RadixTree", "find"))
+SPECS = [SPEC]
+
+
+def check_match_prefix(match_prefix: MatchFn, *, record: bool = True) -> Any:
     """Check a student's ``match_prefix(root, tokens)`` against the seed's semantics (exercise 01.1)."""
-    if not callable(match_prefix):
-        raise TypeError(f"match_prefix must be a function match_prefix(root, tokens), got {type(match_prefix).__name__}")
-    fn = own_code(match_prefix, "match_prefix", RadixTree.match_prefix)
-    return run_check("01.1", "match_prefix", [_case(fn, c) for c in CASES])
+    return check_exercise(SPEC, match_prefix, record=record)
