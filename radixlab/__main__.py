@@ -11,8 +11,8 @@ import sys
 
 BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
-    "lookup": ("lookup", "hash probe-down vs hash forward walk vs radix match, by prefix length"),
-    "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 05)"),
+    "lookup": ("lookup", "hash lookups (re-hashing, or hashes kept on the request) vs radix match, by prefix length"),
+    "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 06)"),
     "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
 }
 
