@@ -197,7 +197,7 @@ class RadixCache:
         return heap
 
     def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
-        """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""
+        """The loop of ``evict`` (exercise 06.1): pop, free, delete, push a parent that became a leaf."""
         evicted = 0
         while evicted < num_tokens and heap:
             # 2. Pop the leaf the policy likes least.

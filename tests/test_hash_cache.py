@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixlab import RadixKey
-from radixlab.course.ex_prefix import reference_longest_cached_prefix
+from radixlab.course.answers_prefix import reference_longest_cached_prefix
 from radixlab.hash_cache import HashPrefixCache, block_hash_input, chain_hashes
 
 
