@@ -1,4 +1,4 @@
-"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade}``.
+"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-sglang}``.
 
 Each subcommand lives in its own module and is imported only when used.
 """
@@ -59,6 +59,12 @@ def _grade(args: argparse.Namespace) -> int:
     return int(module.main(args.rest) or 0)
 
 
+def _fetch_sglang(args: argparse.Namespace) -> int:
+    from .sglang_ref import main as fetch_main
+
+    return fetch_main((["--quiet"] if args.quiet else []) + (["--check"] if args.check else []))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m radixlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("grade", help="grade student submissions (see grade --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_grade)
+    p = sub.add_parser("fetch-sglang", help="fetch SGLang 0.5.17's wheel (the differential test's reference) "
+                       "into $RADIXLAB_CACHE (default ~/.cache/radixlab)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--check", action="store_true", help="also import its RadixCache and print what was loaded")
+    p.set_defaults(fn=_fetch_sglang)
     args = parser.parse_args(argv)
     return args.fn(args)
 

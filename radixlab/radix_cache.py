@@ -393,7 +393,6 @@ class RadixCache:
         new_node.lock_ref = child.lock_ref
         new_node.hit_count = child.hit_count
         new_node.last_access_time = child.last_access_time
-        new_node.creation_time = child.creation_time
         # 2. The child keeps the tail, and hangs below the new node under its new first page.
         child.key = child.key[split_len:]
         child.value = child.value[split_len:]
