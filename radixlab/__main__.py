@@ -1,4 +1,4 @@
-"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model}``.
+"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model,fetch-sglang}``.
 
 Each subcommand lives in its own module and is imported only when used.
 """
@@ -75,6 +75,12 @@ def _fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_sglang(args: argparse.Namespace) -> int:
+    from .sglang_ref import main as fetch_main
+
+    return fetch_main((["--quiet"] if args.quiet else []) + (["--check"] if args.check else []))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -107,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="download and convert again even if the cache looks fine")
     p.add_argument("--no-convert", action="store_true", help="only download and verify the GGUF")
     p.set_defaults(fn=_fetch_model)
+    p = sub.add_parser("fetch-sglang", help="fetch SGLang 0.5.17's wheel (the differential test's reference) "
+                       "into $RADIXLAB_CACHE (default ~/.cache/radixlab)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--check", action="store_true", help="also import its RadixCache and print what was loaded")
+    p.set_defaults(fn=_fetch_sglang)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
