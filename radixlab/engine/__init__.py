@@ -1,0 +1,1 @@
+"""The serving engine: scheduler, event loops (normal and overlap) and device backends."""
