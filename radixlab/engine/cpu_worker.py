@@ -79,12 +79,14 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                 t_read = time.perf_counter()
                 n = layout[-1][1] + layout[-1][2]
                 image = staging[:n].clone()
-                conn.send(("read", step, t_read, time.perf_counter()))
-                t_dev = time.perf_counter()
                 inputs = unpack(image, layout)
                 # 2. future token ids, resolved on the device side
                 if resolve_future:
                     inputs["input_ids"] = future[inputs["req_pool_indices"]]
+                if hasattr(program, "snapshot"):  # e.g. the engine's req-to-token rows
+                    program.snapshot(inputs)
+                conn.send(("read", step, t_read, time.perf_counter()))
+                t_dev = time.perf_counter()
                 # 3. the forward, then stash the sampled ids for the next step
                 tokens = program.forward(inputs).to(torch.int64)
                 future[inputs["req_pool_indices"]] = tokens
@@ -94,8 +96,9 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                     overlapped = wait_release(step, ("done",)) == "launch"
                 # 4. "device → host": into the shared result ring
                 results[step % RING, :batch_size] = tokens
+                extra = program.take_extra() if hasattr(program, "take_extra") else None
                 conn.send(("done", step, checksum(image), int(image[0]), t_dev, t_copy, t_copy,
-                           time.perf_counter(), overlapped))
+                           time.perf_counter(), overlapped, extra))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass
     except BaseException:  # report, so the scheduler raises instead of hanging
@@ -217,7 +220,9 @@ class CPUProcessBackend(DeviceBackend):
             launch.inputs_read = True
             launch.record.read = (msg[2] - t0, msg[3] - t0)
         elif msg[0] == "done":
-            _, step, got_sum, consumed_step, t_dev, t_dev_end, t_copy, t_copy_end, overlapped = msg
+            _, step, got_sum, consumed_step, t_dev, t_dev_end, t_copy, t_copy_end, overlapped, extra = msg
+            if extra is not None:
+                launch.extra["logits"] = extra
             rec = launch.record
             rec.dev = (t_dev - t0, t_dev_end - t0)
             rec.copy = (t_copy - t0, t_copy_end - t0)

@@ -73,18 +73,25 @@ class CUDABackend(DeviceBackend):
             raise RuntimeError(f"at most {RING - 1} launches may be in flight; process a result first")
         n = launch.layout[-1][1] + launch.layout[-1][2]
         ev = {k: self._event() for k in ("read0", "read1", "dev1", "copy1")}
+        # the forward stream sees everything the scheduler enqueued so far (SGLang:
+        # forward_stream.wait_stream(schedule_stream)), e.g. req-to-token writes
+        self.forward_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.forward_stream), torch.inference_mode():
             if self.adversarial:
                 torch.cuda._sleep(SLEEP_CYCLES)
             ev["read0"].record()
             image = self.staging[:n].to(self.device, non_blocking=True)  # 1. the device reads the inputs
-            ev["read1"].record()
             inputs = {name: image[off:off + k] for name, off, k in launch.layout if name != "step"}
             if resolve_future:  # 2. future token ids, resolved on the device
                 inputs["input_ids"] = self.future[inputs["req_pool_indices"]]
+            if hasattr(self.program, "snapshot"):  # e.g. the engine's req-to-token rows
+                self.program.snapshot(inputs)
+            ev["read1"].record()
             tokens = self.program.forward(inputs).to(torch.int64)  # 3. forward, then stash
             self.future[inputs["req_pool_indices"]] = tokens
             out = torch.cat([tokens, _device_checksum(image), image[:1]])
+            if hasattr(self.program, "take_extra"):
+                launch.extra["device_extra"] = self.program.take_extra()
             ev["dev1"].record()
         self.copy_stream.wait_event(ev["dev1"])
         slot = self.results[launch.step % RING]
@@ -115,6 +122,8 @@ class CUDABackend(DeviceBackend):
         rec.read = (host(ev["read0"]), host(ev["read1"]))
         rec.dev = (host(ev["read1"]), host(ev["dev1"]))
         rec.copy = (host(ev["dev1"]), host(ev["copy1"]))
+        if launch.extra.get("device_extra") is not None:
+            launch.extra["logits"] = launch.extra.pop("device_extra").cpu()
         self._finish(launch, tokens, got_sum, consumed)
 
     def _host_time(self, event: torch.cuda.Event) -> float:
