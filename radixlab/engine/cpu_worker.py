@@ -172,6 +172,16 @@ class CPUProcessBackend(DeviceBackend):
             self._finalizer()  # runs _stop once
         self._conn = self._worker = None
 
+    def _reset(self) -> None:
+        """After a device error: stop the worker and forget what was in flight; the next launch starts
+        a fresh worker (the shared KV pool and tables stay)."""
+        self._shutdown()
+        self._finalizer = None
+        for launch in self._in_flight.values():
+            launch.done = launch.inputs_read = True
+            launch.tokens = torch.zeros(launch.batch_size, dtype=torch.int64)
+        self._in_flight.clear()
+
     # -- commands -----------------------------------------------------------------------------
 
     def _stage(self, image: torch.Tensor) -> None:
@@ -202,6 +212,8 @@ class CPUProcessBackend(DeviceBackend):
 
     def _pump(self) -> None:
         """Handle one message from the worker."""
+        if self._worker is None:
+            raise RuntimeError("the device worker is not running (it failed or was shut down)")
         if not self._worker.is_alive() and not self._conn.poll():
             raise RuntimeError("the device worker died")
         if not self._conn.poll(5.0):
@@ -211,7 +223,7 @@ class CPUProcessBackend(DeviceBackend):
         msg = self._conn.recv()
         t0 = self.timeline.t0
         if msg[0] == "error":
-            self.shutdown()
+            self._reset()
             raise RuntimeError(f"the device worker failed:\n{msg[1]}")
         launch = self._in_flight.get(msg[1])
         if launch is None:
