@@ -13,6 +13,7 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash probe-down vs hash forward walk vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 05)"),
+    "overlap": ("overlap", "overlap vs normal event loop: throughput ratio, device idle, ideal ratio (notebook 08)"),
 }
 
 
