@@ -4,7 +4,7 @@ Mirrors ``sglang/srt/mem_cache/radix_cache.py``: a radix tree whose nodes map a 
 (``key``) to the KV-pool slot indices that hold their K/V (``value``, an int64 tensor with one
 slot per token). Children are keyed by the first token (or first page) *and* the ``extra_key``,
 so two namespaces never share a node. Notebooks: 01_radix_tree (shape), 03_hash_vs_radix,
-04_pages_and_namespaces (pages, extra_key, bigrams), 05_locks_and_eviction (locks, evict).
+04_pages_and_namespaces (pages, extra_key, bigrams), 05_request_lifecycle_and_locks (locks), 06_eviction (evict).
 
 Choices that differ from SGLang, on purpose:
 * ``last_access_time`` is a logical clock (one tick per match/insert), not ``time.monotonic()``,
@@ -197,7 +197,7 @@ class RadixCache:
         return heap
 
     def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
-        """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""
+        """The loop of ``evict`` (exercise 06.1): pop, free, delete, push a parent that became a leaf."""
         evicted = 0
         while evicted < num_tokens and heap:
             # 2. Pop the leaf the policy likes least.

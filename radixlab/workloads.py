@@ -1,4 +1,4 @@
-"""Synthetic request traces with the sharing patterns prefix caching lives on (notebook 05).
+"""Synthetic request traces with the sharing patterns prefix caching lives on (notebook 06_eviction).
 
 Each generator returns a list of ``TraceRequest`` (prompt token ids, output token ids, namespace),
 in arrival order, built from a seeded ``random.Random``: the same arguments always give the same
