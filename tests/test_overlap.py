@@ -114,6 +114,7 @@ def test_adversarial_device_corrupts_deterministically_without_barrier(kind):
     runs = []
     for _ in range(2):
         with toy_backend(kind, layers=2, hidden=32, adversarial=True) as be:
+            run_toy("normal", be, num_reqs=4, max_new_tokens=8, cpu_ms=0.0)  # a run before must not matter
             unsafe = run_toy("overlap", be, num_reqs=4, max_new_tokens=8, cpu_ms=0.0, war_barrier=False)
             safe = run_toy("overlap", be, num_reqs=4, max_new_tokens=8, cpu_ms=0.0, war_barrier=True)
             normal = run_toy("normal", be, num_reqs=4, max_new_tokens=8, cpu_ms=0.0, war_barrier=False)

@@ -54,7 +54,7 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                     if msg[0] == "block":
                         pending.remove(msg)
                         blocked[msg[1]] = max(blocked[msg[1]], msg[2])
-                    elif msg[0] in ("stop", "flush"):
+                    elif msg[0] in ("stop", "flush", "reset"):
                         return msg[0]
                     elif msg[0] == "launch" and msg[1] > step:
                         return "launch"
@@ -69,6 +69,9 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                     break
                 if msg[0] == "block":
                     blocked[msg[1]] = max(blocked[msg[1]], msg[2])
+                    continue
+                if msg[0] == "reset":  # a new run: its step numbers start again
+                    blocked.update(read=-1, done=-1)
                     continue
                 if msg[0] == "flush":
                     continue
@@ -166,6 +169,12 @@ class CPUProcessBackend(DeviceBackend):
         worker.start()
         self._conn, self._worker = here, worker
         self._finalizer = weakref.finalize(self, _stop, here, worker)
+
+    def new_timeline(self, loop: str):
+        timeline = super().new_timeline(loop)
+        if self._conn is not None and self.adversarial:
+            self._conn.send(("reset",))  # the worker forgets what the last run blocked on
+        return timeline
 
     def _shutdown(self) -> None:
         if self._finalizer is not None:

@@ -96,7 +96,7 @@ class ToyScheduler:
 
     def __init__(self, backend: DeviceBackend, *, num_reqs: int = 8, max_new_tokens: int = 16,
                  cpu_ms: float = 3.0, war_barrier: bool = True, seed: int = 0,
-                 run_batch_fn: Any = None) -> None:
+                 run_batch_fn: Any = None, needs_previous_tokens: bool = False) -> None:
         if num_reqs <= 0 or num_reqs > backend.max_reqs:
             raise ValueError(f"num_reqs must be in 1..{backend.max_reqs}, got {num_reqs}")
         if max_new_tokens <= 0:
@@ -107,6 +107,7 @@ class ToyScheduler:
         self.cpu_ms = cpu_ms
         self.war_barrier = war_barrier
         self.run_batch_fn = run_batch_fn
+        self.needs_previous_tokens = needs_previous_tokens  # e.g. a grammar mask built from the last token
         g = torch.Generator().manual_seed(seed)
         vocab = getattr(backend.program, "vocab", 512)
         firsts = torch.randint(0, vocab, (num_reqs,), generator=g).tolist()
@@ -118,6 +119,8 @@ class ToyScheduler:
         active = [r for r in self.reqs if r.scheduled < r.max_new_tokens]
         if not active:
             return None
+        if self.needs_previous_tokens and self.in_flight is not None:
+            self.in_flight.result()  # the CPU must see step N's tokens before it can build step N+1
         python_work(self.cpu_ms * 2 / 3 / 1e3)
         is_prefill = active[0].scheduled == 0
         fields = {
@@ -175,6 +178,18 @@ def run_toy(loop: str, backend: DeviceBackend, **scheduler_kwargs: Any) -> RunRe
     timeline = backend.new_timeline(loop)
     LOOPS[loop](sched, timeline)
     return RunResult(timeline, sched.outputs())
+
+
+def compare_loops(backend: DeviceBackend, repeats: int = 1, **scheduler_kwargs: Any) -> tuple[RunResult, RunResult]:
+    """The normal and the overlap loop on the same backend and workload (the faster of ``repeats`` each)."""
+    run_toy("normal", backend, **{**scheduler_kwargs, "max_new_tokens": 2})  # warm up the worker
+    best: dict[str, RunResult] = {}
+    for _ in range(repeats):
+        for loop in ("normal", "overlap"):
+            r = run_toy(loop, backend, **scheduler_kwargs)
+            if loop not in best or r.timeline.wall_time() < best[loop].timeline.wall_time():
+                best[loop] = r
+    return best["normal"], best["overlap"]
 
 
 def toy_backend(kind: str = "cpu-process", *, layers: int = 8, hidden: int = 256, adversarial: bool = False,
