@@ -52,7 +52,8 @@ class Engine:
                  chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
                  schedule_policy: str = "fcfs", random_seed: int = 0, device: str | torch.device | None = None,
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
-                 unsafe_share_partial_pages: bool = False) -> None:
+                 unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
+                 device_backend: str | None = None) -> None:
         # 1. Validate every argument before building anything.
         if not hasattr(model, "forward") or not hasattr(model, "config"):
             raise ValueError(f"model must be a radixlab model (load_model('tiny')), got {type(model).__name__}")
@@ -105,6 +106,14 @@ class Engine:
                                    chunked_prefill_size=chunked_prefill_size,
                                    max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,
                                    keep_logits=keep_logits)
+        # 4. Notebook 08: the overlap loop (or the normal loop on a device backend) — overlap_scheduler.py.
+        if not isinstance(disable_overlap_schedule, bool):
+            raise ValueError(f"disable_overlap_schedule must be a bool, got {disable_overlap_schedule!r}")
+        self.disable_overlap_schedule = disable_overlap_schedule
+        self.device_backend = None
+        if not disable_overlap_schedule or device_backend is not None:
+            from .overlap_scheduler import attach_backend
+            self.device_backend = attach_backend(self, device_backend)
         self._num_reqs = 0
         self._closed = False
 
@@ -131,7 +140,10 @@ class Engine:
         start = time.perf_counter()
         single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
         try:
-            self.scheduler.event_loop_normal()
+            if self.disable_overlap_schedule:
+                self.scheduler.event_loop_normal()
+            else:
+                self.scheduler.event_loop_overlap()
         except BaseException:
             self.scheduler.abort_all()  # nothing stays locked or allocated
             raise
@@ -177,6 +189,8 @@ class Engine:
     def shutdown(self) -> None:
         """Release the pools. The engine cannot generate afterwards."""
         if not self._closed:
+            if self.device_backend is not None:
+                self.device_backend.shutdown()
             self.flush_cache()
             self.token_to_kv_pool.k_buffer.clear()
             self.token_to_kv_pool.v_buffer.clear()
