@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .engine.policies import POLICIES, SimRequest, order_queue
 from .eviction_sim import serve_trace
@@ -120,14 +120,27 @@ def serve_with_policy(trace: Sequence[TraceRequest], policy: str, capacity: int,
     tree and the first request is served (admit, compute, release), one at a time."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    rng = random.Random(seed)
+    return serve_dynamic(trace, capacity, lambda waiting, cache: order_queue(policy, waiting, cache, rng,
+                                                                             in_batch_check).order[0])
+
+
+def serve_dynamic(trace: Sequence[TraceRequest], capacity: int,
+                  pick: Callable[[list[SimRequest], RadixCache], SimRequest]) -> OrderResult:
+    """Serve all of ``trace`` one at a time; ``pick(waiting, cache)`` chooses the next request.
+
+    ``waiting`` holds ``SimRequest``s (rid = index into the trace) in arrival order; ``cache`` is
+    the live tree, which ``pick`` may match against.
+    """
     _check_capacity(trace, capacity)
     cache = _new_cache(capacity, max(len(r) for r in trace))
-    rng = random.Random(seed)
     waiting = [SimRequest(i, r.prompt_ids, (), r.extra_key, max(len(r.output_ids), 1)) for i, r in enumerate(trace)]
     order, hits = [], []
     while waiting:
-        # 1. The policy orders the queue against the tree as it is now.
-        nxt = order_queue(policy, waiting, cache, rng, in_batch_check).order[0]
+        # 1. The policy picks against the tree as it is now.
+        nxt = pick(list(waiting), cache)
+        if nxt not in waiting:
+            raise ValueError(f"pick must return one of the waiting requests, got {nxt!r}")
         waiting.remove(nxt)
         # 2. Serve it whole: match + lock, compute prompt and output, hand the KV to the tree.
         item = trace[nxt.rid]
