@@ -30,6 +30,9 @@ COURSE = [
            "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
     Lesson("05_locks_and_eviction", "Lock references, eviction and the request lifecycle", 25,
            "lock_ref, evictable vs protected, heap eviction, cache_finished_req, LRU vs Belady", "lesson 4 + adv05 Q2"),
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 25,
+           "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
+           "KV bytes per token, exercise: the gather", "lesson 4"),
 ]
 
 
