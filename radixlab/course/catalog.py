@@ -36,6 +36,9 @@ COURSE = [
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
            "lesson 4 + adv05 Q2"),
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 25,
+           "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
+           "KV bytes per token, exercise: the gather", "lesson 4"),
 ]
 
 

@@ -59,13 +59,21 @@ class _PartialPageAllocator(TokenToKVPoolAllocator):
 
 
 class Engine:
-    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring."""
+    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring.
+
+    ``page_size``: slots per KV page. ``max_total_tokens``: KV slots in the pool (rounded down to whole
+    pages). ``max_running_requests``: request rows. ``disable_radix_cache``: no reuse (the baseline).
+    ``chunked_prefill_size``: most prompt tokens per prefill batch, longer prompts go in chunks (None:
+    no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
+    request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
+    per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
+    (``"output_logits"``; for tests and notebook 07). The engine runs on the model's device.
+    """
 
     def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
                  max_running_requests: int = 32, disable_radix_cache: bool = False,
                  chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
                  schedule_policy: str = "fcfs", prefix_cache: str = "radix", random_seed: int = 0,
-                 device: str | torch.device | None = None,
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
                  unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
                  device_backend: str | None = None) -> None:
@@ -99,8 +107,8 @@ class Engine:
                              f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
         self.prefix_cache = prefix_cache
         self.random_seed = _check_int(random_seed, "random_seed", 0)
-        self.device = torch.device(device) if device is not None else model.device
-        self.model = model.to(self.device)
+        self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
+        self.model = model
         self.disable_radix_cache = disable_radix_cache
         self.unsafe_ignore_lora_namespace = unsafe_ignore_lora_namespace
         self.unsafe_share_partial_pages = unsafe_share_partial_pages
