@@ -417,3 +417,20 @@ def test_a_submission_that_changes_radixlab_voids_the_batch(tmp_path, monkeypatc
     first, second = json.loads(out.read_text())["reports"]
     assert first["status"] == "tampered" and "void" in first["warnings"][-1]
     assert second["status"] == "not graded" and "changed while grading" in second["execution"]["stopped"]
+
+
+def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
+    """Instructor edition: full automatic marks for every exercise; student edition: every one "not done"."""
+    paths = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        lesson = grade.load_lesson(path)
+        if lesson.exercises:
+            (tmp_path / "student").mkdir(exist_ok=True)
+            nbformat.write(blank(path), tmp_path / "student" / path.name)
+            paths += [path, tmp_path / "student" / path.name]
+    out = tmp_path / "g.json"
+    assert grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOKS), "--json", str(out)]) == 0
+    for rep in json.loads(out.read_text())["reports"]:
+        student = "/student/" in rep["submission"]
+        for r in rep["exercises"]:
+            assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)
