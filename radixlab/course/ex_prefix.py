@@ -80,7 +80,7 @@ def drive(fn: Callable, args: dict) -> Any:
             got = "ValueError"
         if (query, paths) != before:
             return {"mutated": repr(paths)[:300], "call": [q, ns, p]}
-        answers.append(got if isinstance(got, (int, str)) and not isinstance(got, bool) else repr(got))
+        answers.append(got if isinstance(got, (int, str)) and not isinstance(got, bool) else repr(got)[:200])
     return answers
 
 
