@@ -1,4 +1,4 @@
-"""Eviction policies: which unlocked leaf ``RadixCache.evict`` frees first (notebook 05).
+"""Eviction policies: which unlocked leaf ``RadixCache.evict`` frees first (notebook 06_eviction).
 
 A policy is any callable from a ``TreeNode`` to a sort key; the smallest key is evicted first.
 Mirrors SGLang's ``mem_cache/evict_policy.py`` (LRU, LFU, FIFO, MRU, FILO, priority, SLRU); the

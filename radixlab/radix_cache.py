@@ -4,7 +4,7 @@ Mirrors ``sglang/srt/mem_cache/radix_cache.py``: a radix tree whose nodes map a 
 (``key``) to the KV-pool slot indices that hold their K/V (``value``, an int64 tensor with one
 slot per token). Children are keyed by the first token (or first page) *and* the ``extra_key``,
 so two namespaces never share a node. Notebooks: 01_radix_tree (shape), 03_hash_vs_radix,
-04_pages_and_namespaces (pages, extra_key, bigrams), 05_locks_and_eviction (locks, evict).
+04_pages_and_namespaces (pages, extra_key, bigrams), 05_request_lifecycle_and_locks (locks), 06_eviction (evict).
 
 Two matchers walk the same tree (``RadixCache(matcher=...)``): ``"readable"`` is the one the
 notebooks explain (tuples of ints, ``RadixKey.match``, a new key slice per edge); ``"fast"``, the
@@ -217,7 +217,7 @@ class RadixCache:
         return heap
 
     def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
-        """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""
+        """The loop of ``evict`` (exercise 06.1): pop, free, delete, push a parent that became a leaf."""
         evicted = 0
         while evicted < num_tokens and heap:
             # 2. Pop the leaf the policy likes least.
@@ -232,6 +232,23 @@ class RadixCache:
             if parent is not self.root_node and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (self._priority_fn(parent), parent))
         return evicted
+
+    def index_memory(self) -> tuple[int, int]:
+        """(bytes the tree's slot indices need, bytes their storages hold), over live nodes.
+
+        Equal when every node owns exactly its own indices; more held than needed means some node's
+        index tensor is a view keeping a bigger, partly evicted storage alive (notebook 02).
+        """
+        need, held, seen = 0, 0, set()
+        for node in self.nodes():
+            if node.value is None:
+                continue
+            need += node.value.numel() * node.value.element_size()
+            storage = node.value.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                held += storage.nbytes()
+        return need, held
 
     def evictable_size(self) -> int:
         """Cached tokens no live request holds a lock on."""
@@ -383,19 +400,21 @@ class RadixCache:
         """Split ``child``'s edge after ``split_len`` units; returns the new parent node.
 
         ``new_node`` takes the first ``split_len`` units and the slot indices that go with them,
-        ``child`` keeps the rest. Only index tensors are sliced (views): no KV data moves.
+        ``child`` keeps the rest. No KV data moves; the two halves of the *index* tensor are cloned,
+        as SGLang does since PR #17191: a slice would be a view that keeps the whole original index
+        storage alive after the other half is evicted (notebook 02 measures it).
         """
         if not 0 < split_len < len(child.key):
             raise ValueError(f"split_len must be inside the edge (0 < split_len < {len(child.key)}), got {split_len}")
         parent = child.parent
         # 1. The new node covers the shared head of the edge and inherits the child's lock.
-        new_node = self._new_node(child.key[:split_len], child.value[:split_len], parent, child.priority)
+        new_node = self._new_node(child.key[:split_len], child.value[:split_len].clone(), parent, child.priority)
         new_node.lock_ref = child.lock_ref
         new_node.hit_count = child.hit_count
         new_node.last_access_time = child.last_access_time
         # 2. The child keeps the tail, and hangs below the new node under its new first page.
         child.key = child.key[split_len:]
-        child.value = child.value[split_len:]
+        child.value = child.value[split_len:].clone()
         child.parent = new_node
         new_node.children[child.key.child_key(self.page_size)] = child
         # 3. The parent's entry (same first page as before) now points at the new node.

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from radixlab import RadixCache, RadixKey
 from radixlab.radix_key import unpack_tokens
-from radixlab.course.ex_prefix import reference_longest_cached_prefix
+from radixlab.course.answers_prefix import reference_longest_cached_prefix
 from radixlab.viz.pages import page_size_view, page_table_view
 
 NAMESPACES = [None, "base", "lora-A", "lora-B"]
