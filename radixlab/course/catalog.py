@@ -36,6 +36,9 @@ COURSE = [
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
            "lesson 4 + adv05 Q2"),
+    Lesson("11_performance_boundaries", "Performance boundaries: what a Python radix tree costs", 20,
+           "fast vs readable matcher vs SGLang's own tree, cost vs tree size, memory per token, converting token "
+           "lists for a native tree, the tree's share of the scheduler, lesson 4's pass criteria", "lesson 4"),
 ]
 
 
