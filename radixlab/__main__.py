@@ -13,6 +13,7 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash lookups (re-hashing, or hashes kept on the request) vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 06)"),
+    "tree": ("tree", "radix tree cost per op: fast vs readable matcher vs SGLang's own tree, growth, memory (notebook 11)"),
     "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
     "overlap": ("overlap", "overlap vs normal event loop: throughput ratio, device idle, ideal ratio (notebook 08)"),
 }

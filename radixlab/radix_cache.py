@@ -551,7 +551,7 @@ class RadixCache:
         if isinstance(kv_len, bool) or not isinstance(kv_len, Integral) or not req.cache_protected_len <= kv_len <= req.seq_len:
             raise ValueError(f"kv_len_to_handle must be in {req.cache_protected_len} .. {req.seq_len}, got {kv_len!r}")
         kv_indices = row[:kv_len]
-        key = RadixKey(req.all_ids[:kv_len], req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        key = self._request_key(req, kv_len)
         key_len = len(key)
         # 1. Insert: the tree takes the pages it lacked; prefix_len says how many it already had.
         if is_insert:
@@ -582,7 +582,7 @@ class RadixCache:
         """
         allocator, row = self._lifecycle_args(req)
         kv_indices = row[: req.seq_len]
-        key = RadixKey(req.fill_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        key = self._request_key(req, len(req.fill_ids))
         # 1. Insert what is computed so far (whole pages only).
         new_prefix_len, _ = self._insert(key, kv_indices[: len(key)].clone(), req.priority)
         # 2. Free our duplicates of tokens the tree already had.
@@ -601,6 +601,14 @@ class RadixCache:
         req.last_node = new_last_node
         # 6. The next chunk reuses all of it: the tree's slots, then our unaligned tail.
         req.prefix_indices = torch.cat([new_indices, row[len(new_indices): req.seq_len]])
+
+    def _request_key(self, req: Any, n: int) -> RadixKey:
+        """The page-aligned key of the request's first ``n`` tokens, from its packed ids (no list conversion)."""
+        if hasattr(req, "packed_ids"):
+            key = RadixKey.from_packed(req.packed_ids(n), req.extra_key, self.is_eagle)
+        else:
+            key = RadixKey(req.all_ids[:n], req.extra_key, is_bigram=self.is_eagle)
+        return key.page_aligned(self.page_size)
 
     def _lifecycle_args(self, req: Any) -> tuple[Any, torch.Tensor]:
         """Validate a request before ``cache_*_req`` changes anything; returns (allocator, row)."""

@@ -129,3 +129,30 @@ def test_match_touches_only_the_path():
     spy(cache.root_node)
     cache.match_prefix([3, 1003, 5, 5, 9])
     assert len(touched) <= 3  # root, then the 1-token node [3], then the leaf's children
+
+
+def test_the_request_path_converts_each_token_list_once(monkeypatch):
+    """admit and cache_finished_req build keys from the request's packed ids: the prompt is packed
+    once (at creation), the output ids once (at release); the cache itself packs nothing."""
+    import radixlab.radix_cache as rc
+    import radixlab.request as rq
+    from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+
+    calls = []
+    real = rq.pack_tokens
+
+    def counting(t, name="token_ids"):
+        calls.append((name, len(t)))
+        return real(t, name)
+
+    monkeypatch.setattr(rq, "pack_tokens", counting)
+    monkeypatch.setattr(rc, "pack_tokens", counting)
+    cache = RadixCache(1, token_to_kv_pool_allocator=TokenToKVPoolAllocator(64, 1), req_to_token_pool=ReqToTokenPool(2, 64))
+    req = rq.Request("r", list(range(10, 30)))
+    rq.admit(req, cache)
+    rq.extend(req, cache)
+    req.output_ids += [7, 8]
+    rq.extend(req, cache, 2)
+    rq.release(req, cache)
+    assert calls == [("origin_input_ids", 20), ("output_ids", 2)]
+    assert cache.match_prefix(list(range(10, 30)) + [7, 8, 9]).device_indices.numel() == 22
