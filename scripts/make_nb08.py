@@ -250,7 +250,7 @@ print("with barrier: corrupted steps", safe.timeline.corrupted_steps(),
 code("""
 # NBVAL_IGNORE_OUTPUT
 # (picture of the two runs; corrupted batches are numbered in red)
-fig = draw_timelines([unsafe.timeline, safe.timeline])
+fig = draw_timelines([unsafe.timeline, safe.timeline], labels=["no barrier", "with the barrier"])
 plt.show()
 """)
 

@@ -36,6 +36,9 @@ COURSE = [
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
            "lesson 4 + adv05 Q2"),
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
+           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process, the WAR hazard "
+           "made deterministic, exercise: place the barrier, lesson 4 Q3, when overlap does not help", "lesson 4"),
 ]
 
 
