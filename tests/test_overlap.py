@@ -264,3 +264,28 @@ def test_cuda_engine_overlap_matches_normal():
         assert b.device_backend.kind == "cuda"
         assert [o["output_ids"] for o in a.generate(prompts, params)] == \
             [o["output_ids"] for o in b.generate(prompts, params)]
+
+
+def test_viz_timeline_draws_and_steps():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from radixlab.viz.timeline import device_gaps, draw_timelines, plot_ratio_curve, step_frames, timeline_events
+
+    with toy_backend("cpu-process", layers=1, hidden=16) as be:
+        a = run_toy("normal", be, num_reqs=2, max_new_tokens=4, cpu_ms=0.5).timeline
+        b = run_toy("overlap", be, num_reqs=2, max_new_tokens=4, cpu_ms=0.5).timeline
+    fig = draw_timelines([a, b], labels=["A", "B"])
+    assert len(fig.axes) == 2 and fig.axes[0].get_title(loc="left").startswith("A: normal loop")
+    plt.close(fig)
+    with pytest.raises(ValueError, match="labels"):
+        draw_timelines([a], labels=["x", "y"])
+    ev = timeline_events(b)
+    assert [t for t, _ in ev] == sorted(t for t, _ in ev)
+    assert sum("launches batch" in w for _, w in ev) == 4
+    frames = step_frames(b, max_events=5)
+    assert len(frames) == 5 and frames[-1].count("\n") == 5 and "▶" in frames[-1]
+    assert all(g[0] < g[1] for g in device_gaps(a))
+    fig = plot_ratio_curve([{"proportion": 1.0, "ratio": 1.5}, {"proportion": 2.0, "ratio": 1.3}])
+    plt.close(fig)

@@ -59,7 +59,7 @@ def draw_timeline(tl: Timeline, ax, t0: float | None = None, upto: float | None 
     for r in steps:  # batch numbers on the device bars
         if r.dev and (upto is None or r.dev[0] <= upto) and len(steps) <= 40:
             color = "black" if highlight in (None, r.step) else "#999999"
-            ax.text((r.dev[0] - t0) * ms + 0.3, y["device"] + h / 2, str(r.step), fontsize=7, va="center",
+            ax.text((r.dev[0] - t0) * ms, y["device"] + h / 2, str(r.step), fontsize=7, va="center",
                     color="red" if r.corrupted else color)
     ax.set_yticks([y[k] + h / 2 for k in LANES], LANES)
     ax.set_xlabel("time (ms)")
@@ -75,8 +75,10 @@ def summary_line(tl: Timeline) -> str:
             f"CPU {tl.cpu_time_per_step() * 1e3:.1f} ms/step, device {tl.device_time_per_step() * 1e3:.1f} ms/step")
 
 
-def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width: float = 11.0):
-    """One Gantt chart per run, stacked, on a common time scale; returns the matplotlib Figure."""
+def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width: float = 11.0,
+                   labels: Sequence[str] | None = None):
+    """One Gantt chart per run, stacked, on a common time scale; returns the matplotlib Figure.
+    ``labels`` (one per run) prefix each run's title."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -84,8 +86,10 @@ def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width
         raise ValueError("timelines must not be empty")
     fig, axes = plt.subplots(len(timelines), 1, figsize=(width, 1.9 * len(timelines) + 0.6), squeeze=False)
     longest = max(tl.wall_time() for tl in timelines)
-    for ax, tl in zip(axes[:, 0], timelines):
-        draw_timeline(tl, ax, title=summary_line(tl))
+    if labels is not None and len(labels) != len(timelines):
+        raise ValueError(f"labels must have one entry per timeline ({len(timelines)}), got {len(labels)}")
+    for i, (ax, tl) in enumerate(zip(axes[:, 0], timelines)):
+        draw_timeline(tl, ax, title=(f"{labels[i]}: " if labels else "") + summary_line(tl))
         if same_scale:
             ax.set_xlim(0, longest * 1e3 * 1.01)
     handles = [Patch(color=COLORS[k], label=label) for k, label in
@@ -151,7 +155,7 @@ def plot_ratio_curve(rows: Sequence[dict], ax=None):
     ax.axvspan(1.5, 2.0, color=COLORS["idle"], alpha=0.6, label="device ≈ 1.5–2× CPU")
     ax.set_xlabel("device time / scheduler CPU time per step")
     ax.set_ylabel("throughput overlap / normal")
-    ax.set_ylim(0.8, 2.2)
+    ax.set_ylim(min(0.8, min(r["ratio"] for r in rows) - 0.1), 2.2)
     ax.legend(fontsize=8)
     fig = fig or ax.figure
     fig.tight_layout()
