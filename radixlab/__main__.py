@@ -13,6 +13,7 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash probe-down vs hash forward walk vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 05)"),
+    "serve": ("serve", "workloads through the engine: no cache vs hash vs radix, policies (notebook 09)"),
 }
 
 
