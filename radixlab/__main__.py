@@ -16,6 +16,7 @@ BENCHMARKS = {
     "tree": ("tree", "radix tree cost per op: fast vs readable matcher vs SGLang's own tree, growth, memory (notebook 11)"),
     "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
     "overlap": ("overlap", "overlap vs normal event loop: throughput ratio, device idle, ideal ratio (notebook 08)"),
+    "serve": ("serve", "workloads through the engine: no cache vs hash vs radix, policies (notebook 09)"),
 }
 
 
