@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--out", required=True, help="output folder (never the instructor folder)")
     p.set_defaults(fn=_student)
     p = sub.add_parser("bench", help="benchmarks that print ratios against their baseline",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="\n".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
     p.add_argument("name", help=f"one of: {', '.join(sorted(BENCHMARKS))}")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options for the benchmark (see bench NAME --help)")
