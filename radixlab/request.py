@@ -1,4 +1,4 @@
-"""A request and the scheduler's side of the KV-ownership contract (notebook 05_locks_and_eviction).
+"""A request and the scheduler's side of the KV-ownership contract (notebook 05_request_lifecycle_and_locks).
 
 ``Request`` carries SGLang's field names (``origin_input_ids``, ``output_ids``, ``fill_ids``,
 ``extra_key``, ``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``).

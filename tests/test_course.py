@@ -119,6 +119,13 @@ def test_student_edition_has_no_solutions(student_dir, path):
     assert not any("solution" in c.metadata.get("tags", []) for c in nb.cells)
     assert "Reference answer" not in "".join(c.source for c in nb.cells)
     assert all(not c.outputs and c.execution_count is None for c in code)
+    assert "widgets" not in nb.metadata, "notebook-level widget state carries the instructor's outputs"
+
+
+def test_student_notebook_drops_notebook_level_widget_state():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m": {"svg": "<svg/>"}}}}
+    assert "widgets" not in student_notebook(nb).metadata and "widgets" in nb.metadata
 
 
 def _has_exercise(path: Path) -> bool:
