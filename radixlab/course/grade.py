@@ -224,7 +224,8 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
         row.update(status="error", reason="the exercise function could not be defined: "
                    + ("; ".join(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}" for e in run.errors) or run.stopped))
         return row
-    wants = [spec.drive(spec.reference, a) for a in args]  # the expected answers: the grader's own radixlab
+    # The expected answers, from the grader's own radixlab, through JSON like the executor's answers.
+    wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
     result = outcomes_for(spec, cases, run.outcomes, wants, rubric)
     row["cases"] = [dict(o.__dict__) for o in result.outcomes]
     row["main_path"], row["boundary"] = result.part_score("main"), result.part_score("boundary")
