@@ -1,4 +1,4 @@
-"""Who owns which KV slot: the request pool and the slot allocator (notebook 05_locks_and_eviction).
+"""Who owns which KV slot: the request pool and the slot allocator (notebook 05_request_lifecycle_and_locks).
 
 Mirrors ``sglang/srt/mem_cache/memory_pool.py`` and its allocators. Two tables of *indices*, no
 K/V data (the KV buffers themselves are ``MHATokenToKVPool``, taught with the model):
@@ -8,12 +8,16 @@ K/V data (the KV buffers themselves are ``MHATokenToKVPool``, taught with the mo
 * ``TokenToKVPoolAllocator`` hands out KV slots from a free list, one page (``page_size`` slots)
   at a time, and takes them back. Slot ``s`` lives in page ``s // page_size``, and a request's token
   at position ``p`` always sits at page offset ``p % page_size`` (``alloc_extend`` keeps it so).
+* ``MHATokenToKVPool`` (notebook 07_kv_memory_pool) holds the K/V tensors themselves: per layer a
+  K and a V buffer with one row per slot. The index flow is tree node → request row → slot → K/V row.
 
 Every slot is at any moment in exactly one place: the free list, a radix-tree node, or the tail of
 one live request's row (``tests/test_lifecycle.py`` checks this after every step).
 
 Choices that differ from SGLang, on purpose: slots count from 0 (SGLang keeps slot 0 and request
-row 0 as dummies for padded CUDA-graph batches); freeing a slot twice or a slot never handed out is
+row 0 as dummies for padded CUDA-graph batches; its KV buffers have ``size + page_size`` rows, the
+extra page absorbing writes of padded tokens — radixlab never pads a batch, so every buffer row is a
+real slot); freeing a slot twice or a slot never handed out is
 an error here (SGLang trusts its callers), because finding such bugs is what the course is about.
 """
 
@@ -194,3 +198,97 @@ class TokenToKVPoolAllocator:
     def __repr__(self) -> str:
         return (f"TokenToKVPoolAllocator(size={self.size}, page_size={self.page_size}, "
                 f"available={self.available_size()})")
+
+
+class MHATokenToKVPool:
+    """The KV cache itself: per layer a K and a V buffer of shape ``(size, head_num, head_dim)``.
+
+    Row ``s`` of every buffer belongs to slot ``s`` handed out by ``TokenToKVPoolAllocator`` (built
+    with the same ``size`` and ``page_size``). ``RadixAttention`` writes a new token's K/V with
+    ``set_kv_buffer(layer_id, out_cache_loc, k, v)`` and reads a request's K/V by gathering the rows
+    its ``ReqToTokenPool`` row names. Notebook 07_kv_memory_pool teaches it.
+
+    Padding, a choice that differs from SGLang: SGLang allocates ``size + page_size`` rows, the extra
+    page 0 being the target of dummy writes from padded CUDA-graph batches, and its allocator starts
+    at page 1. radixlab never pads a batch, so slots count from 0, the buffers have exactly ``size``
+    rows, and a write to a slot outside ``0 .. size - 1`` is an error rather than a dummy.
+    ``set_kv_buffer`` checks every ``loc`` (a device sync SGLang avoids) and changes nothing on error.
+    """
+
+    def __init__(self, size: int, page_size: int, dtype: torch.dtype, head_num: int, head_dim: int,
+                 layer_num: int, device: str | torch.device = "cpu") -> None:
+        self.size = _check_int(size, "size", 1)
+        self.page_size = _check_int(page_size, "page_size", 1)
+        if self.size % self.page_size:
+            raise ValueError(f"size must be a multiple of page_size={self.page_size}, got {self.size}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        self.dtype = dtype
+        self.head_num = _check_int(head_num, "head_num", 1)
+        self.head_dim = _check_int(head_dim, "head_dim", 1)
+        self.layer_num = _check_int(layer_num, "layer_num", 1)
+        self.device = torch.device(device)
+        shape = (self.size, self.head_num, self.head_dim)
+        self.k_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(self.layer_num)]
+        self.v_buffer = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(self.layer_num)]
+
+    def _layer(self, layer_id: Any) -> int:
+        if isinstance(layer_id, bool) or not isinstance(layer_id, Integral) or not 0 <= layer_id < self.layer_num:
+            raise ValueError(f"layer_id must be an int in 0 .. {self.layer_num - 1}, got {layer_id!r}")
+        return int(layer_id)
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s K buffer, ``(size, head_num, head_dim)`` (the tensor itself, not a copy)."""
+        return self.k_buffer[self._layer(layer_id)]
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        """Layer ``layer_id``'s V buffer, ``(size, head_num, head_dim)`` (the tensor itself, not a copy)."""
+        return self.v_buffer[self._layer(layer_id)]
+
+    def get_kv_buffer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.get_key_buffer(layer_id), self.get_value_buffer(layer_id)
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
+        """Store token ``i``'s K/V (``cache_k[i]``, ``cache_v[i]``) in row ``loc[i]`` of layer ``layer_id``.
+
+        ``loc`` is a 1-D integer tensor of slots (the batch's ``out_cache_loc``); ``cache_k`` and
+        ``cache_v`` are ``(len(loc), head_num, head_dim)`` and are cast to the pool's dtype.
+        (SGLang passes the ``RadixAttention`` layer object; here its ``layer_id`` is enough.)
+        """
+        layer = self._layer(layer_id)
+        if not isinstance(loc, torch.Tensor) or loc.dim() != 1 or loc.dtype not in (torch.int64, torch.int32):
+            what = f"{loc.dtype} tensor with shape {tuple(loc.shape)}" if isinstance(loc, torch.Tensor) else type(loc).__name__
+            raise ValueError(f"loc must be a 1-D int64 or int32 tensor of slots, got {what}")
+        want = (len(loc), self.head_num, self.head_dim)
+        for name, t in (("cache_k", cache_k), ("cache_v", cache_v)):
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have shape {want} (len(loc), head_num, head_dim), got {got}")
+        if len(loc) == 0:
+            return
+        lo, hi = int(loc.min()), int(loc.max())
+        if lo < 0 or hi >= self.size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"loc holds slot {bad}, outside this pool (0 .. {self.size - 1})")
+        if len(torch.unique(loc)) != len(loc):
+            raise ValueError("loc holds the same slot twice (two tokens cannot share a KV row)")
+        loc = loc.to(self.device)
+        self.k_buffer[layer][loc] = cache_k.to(device=self.device, dtype=self.dtype)
+        self.v_buffer[layer][loc] = cache_v.to(device=self.device, dtype=self.dtype)
+
+    def get_kv_size_bytes(self) -> tuple[int, int]:
+        """Bytes held by all K buffers and by all V buffers, as SGLang returns them: ``(k_bytes, v_bytes)``."""
+        k = sum(b.numel() * b.element_size() for b in self.k_buffer)
+        v = sum(b.numel() * b.element_size() for b in self.v_buffer)
+        return k, v
+
+    def clear(self) -> None:
+        """Zero every buffer (slots keep no stale K/V between runs; not needed for correctness)."""
+        for b in self.k_buffer + self.v_buffer:
+            b.zero_()
+
+    def __repr__(self) -> str:
+        k, v = self.get_kv_size_bytes()
+        return (f"MHATokenToKVPool(size={self.size}, page_size={self.page_size}, dtype={self.dtype}, "
+                f"head_num={self.head_num}, head_dim={self.head_dim}, layer_num={self.layer_num}, "
+                f"device={self.device}, bytes={k + v})")

@@ -30,3 +30,21 @@ def text_label(token_ids: Sequence[int], max_chars: int = 20) -> str:
     text = decode(token_ids)
     shown = text if len(text) <= max_chars else text[: max_chars - 1] + "…"
     return f"{shown!r} ({len(token_ids)} tok)"
+
+
+class ByteTokenizer:
+    """The byte tokenizer as an object, the shape a model's ``.tokenizer`` has (the tiny model's):
+    ``encode``, ``decode``, ``vocab_size`` 256, and no end-of-sequence token."""
+
+    vocab_size = 256
+    eos_token_id = None
+    bos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return encode(text)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return decode([int(t) for t in token_ids])
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer(vocab_size=256)"

@@ -92,3 +92,19 @@ def test_grade_help_from_the_command_line():
 def test_grade_without_submissions_is_a_usage_error(capsys):
     assert main(["grade"]) == 2
     assert "required: submissions" in capsys.readouterr().err
+
+
+def test_doctor_reads_versions_without_importing_the_packages():
+    """Importing JupyterLab alone takes seconds (notebook 00's doctor cell was ~12 s): read metadata."""
+    code = ("import sys; from radixlab import doctor; rows = dict(doctor.report(paths=False)); "
+            "heavy = [m for m in ('jupyterlab', 'matplotlib', 'ipywidgets', 'nbval', 'ipykernel') if m in sys.modules]; "
+            "print(heavy, rows['jupyterlab'] != 'not installed')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] True"
+
+
+def test_doctor_names_a_missing_package():
+    from radixlab import doctor
+
+    assert doctor._version("no-such-distribution-radixlab") == "not installed"

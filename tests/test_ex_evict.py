@@ -41,7 +41,7 @@ def evicts_everything(cache, heap, num_tokens):
 
 
 def notebook_solution():
-    """The instructor's ``evict_loop`` from notebook 05, markers stripped."""
+    """The instructor's ``evict_loop`` from notebook 06, markers stripped."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     src = next(c.source for c in nb.cells if c.cell_type == "code" and "def evict_loop" in c.source)
     scope = {"heapq": heapq}

@@ -132,7 +132,8 @@ def test_page_size_must_be_a_positive_int(bad, exc):
         RadixCache(page_size=bad)
 
 
-@pytest.mark.parametrize("tokens", [[1.5, 2], ["a", "b"], "abc", [True, 2], 7, torch.tensor([1.0, 2.0])])
+@pytest.mark.parametrize("tokens", [[1.5, 2], ["a", "b"], "abc", [None, 2], 7, torch.tensor([1.0, 2.0]),
+                                    torch.tensor([True, False]), b"\x01\x02"])
 def test_token_ids_must_be_integers(tokens):
     cache = RadixCache()
     cache.insert([1, 2, 3])
@@ -142,6 +143,17 @@ def test_token_ids_must_be_integers(tokens):
     with pytest.raises(TypeError, match="token_ids|key"):
         cache.match_prefix(tokens)
     assert cache.format() == before
+
+
+def test_token_ids_must_fit_int64_and_bools_read_as_ints():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    before = cache.format()
+    with pytest.raises(ValueError, match="token_ids|key.*int64"):
+        cache.insert([1, 2**63])
+    assert cache.format() == before
+    # bool is an int subclass: the packing (like SGLang's array('q')) reads True as 1, with no O(n) type scan
+    assert RadixKey([True, 2]) == RadixKey([1, 2])
 
 
 @pytest.mark.parametrize("value", [[1, 2], [1, 2, 3, 4], torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, 1, dtype=torch.int64)])

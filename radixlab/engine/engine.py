@@ -1,0 +1,313 @@
+"""``Engine``: SGLang's offline engine in miniature — ``generate`` through the radix cache (notebook 07).
+
+Mirrors ``sglang/srt/entrypoints/engine.py`` (``Engine.generate``, ``flush_cache``, ``shutdown``)
+with the ``ServerArgs`` names ``page_size``, ``max_total_tokens``, ``max_running_requests``,
+``disable_radix_cache``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``random_seed``. It owns
+the pools and the tree under SGLang's attribute names (``req_to_token_pool``,
+``token_to_kv_pool_allocator``, ``token_to_kv_pool``, ``tree_cache``) and runs the scheduler's
+normal event loop in the caller's thread until every prompt of the call has finished.
+
+Namespaces: as in SGLang's ``Req.__init__``, a request's ``extra_key`` is its ``extra_key``
+(``""`` if none) with the adapter's id appended (``lora_path`` names an adapter of the model;
+here the adapter's name is its id).
+
+``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
+``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
+``hash_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
+no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for tests and notebook 07 only:
+``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
+and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
+writes into another request's half-filled page).
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral
+from typing import Any, Sequence
+
+import torch
+
+from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from ..hash_cache import HashBlockCache
+from ..radix_cache import RadixCache
+from .chunk_cache import ChunkCache
+from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
+from .model_runner import ModelRunner
+from .schedule_batch import Req
+from .schedule_policy import POLICIES, OrderingPolicy, ceil_page
+from .scheduler import Scheduler
+
+PREFIX_CACHES = ("radix", "hash")
+HASH_BLOCK_SIZE = 16  # vLLM's default block size
+
+
+def _make_policy(name: str, tree_cache: Any, seed: int) -> Any:
+    cls = POLICIES[name]
+    return cls(tree_cache, seed) if issubclass(cls, OrderingPolicy) else cls(tree_cache)
+
+
+
+class _PartialPageAllocator(TokenToKVPoolAllocator):
+    """Unsafe mode only: pages are shared by several owners, so a free of a page already freed is ignored."""
+
+    def free(self, free_index: Any) -> None:
+        slots = free_index.tolist() if isinstance(free_index, torch.Tensor) else list(free_index)
+        pages = {int(s) // self.page_size for s in slots} & self._in_use
+        self._in_use.difference_update(pages)
+        self.free_pages.extend(sorted(pages))
+
+
+class Engine:
+    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring.
+
+    ``page_size``: slots per KV page. ``max_total_tokens``: KV slots in the pool (rounded down to whole
+    pages). ``max_running_requests``: request rows. ``disable_radix_cache``: no reuse (the baseline).
+    ``chunked_prefill_size``: most prompt tokens per prefill batch, longer prompts go in chunks (None:
+    no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
+    request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
+    per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
+    (``"output_logits"``; for tests and notebook 07). The engine runs on the model's device.
+    """
+
+    def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
+                 max_running_requests: int = 32, disable_radix_cache: bool = False,
+                 chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
+                 schedule_policy: str = "fcfs", prefix_cache: str = "radix", random_seed: int = 0,
+                 keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
+                 unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
+                 device_backend: str | None = None) -> None:
+        # 1. Validate every argument before building anything.
+        if not hasattr(model, "forward") or not hasattr(model, "config"):
+            raise ValueError(f"model must be a radixlab model (load_model('tiny')), got {type(model).__name__}")
+        self.page_size = _check_int(page_size, "page_size", 1)
+        max_total_tokens = _check_int(max_total_tokens, "max_total_tokens", 1)
+        self.max_total_tokens = max_total_tokens // self.page_size * self.page_size  # whole pages, as SGLang
+        if self.max_total_tokens == 0:
+            raise ValueError(f"max_total_tokens must hold at least one page of {self.page_size} tokens, got {max_total_tokens}")
+        self.max_running_requests = _check_int(max_running_requests, "max_running_requests", 1)
+        if chunked_prefill_size is not None:
+            chunked_prefill_size = _check_int(chunked_prefill_size, "chunked_prefill_size", 1)
+            if chunked_prefill_size % self.page_size:
+                raise ValueError(f"chunked_prefill_size must be a multiple of page_size={self.page_size}, "
+                                 f"got {chunked_prefill_size}")
+        self.chunked_prefill_size = chunked_prefill_size
+        self.max_prefill_tokens = _check_int(max_prefill_tokens, "max_prefill_tokens", 1)
+        for name, flag in (("disable_radix_cache", disable_radix_cache), ("keep_logits", keep_logits),
+                           ("unsafe_ignore_lora_namespace", unsafe_ignore_lora_namespace),
+                           ("unsafe_share_partial_pages", unsafe_share_partial_pages)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        if schedule_policy not in POLICIES:
+            raise ValueError(f"schedule_policy must be one of {sorted(POLICIES)}, got {schedule_policy!r}")
+        if prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {prefix_cache!r}")
+        if prefix_cache == "hash" and HASH_BLOCK_SIZE % self.page_size:
+            raise ValueError(f"prefix_cache='hash' caches blocks of {HASH_BLOCK_SIZE} tokens: page_size must "
+                             f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
+        self.prefix_cache = prefix_cache
+        self.random_seed = _check_int(random_seed, "random_seed", 0)
+        self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
+        self.model = model
+        self.disable_radix_cache = disable_radix_cache
+        self.unsafe_ignore_lora_namespace = unsafe_ignore_lora_namespace
+        self.unsafe_share_partial_pages = unsafe_share_partial_pages
+        cfg = model.config
+        self.context_len = min(cfg.max_position_embeddings, self.max_total_tokens)
+        # 2. The pools (SGLang: ModelRunner.init_memory_pool) and the cache.
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len, self.device)
+        allocator_cls = _PartialPageAllocator if unsafe_share_partial_pages else TokenToKVPoolAllocator
+        self.token_to_kv_pool_allocator = allocator_cls(self.max_total_tokens, self.page_size, self.device)
+        self.token_to_kv_pool = MHATokenToKVPool(self.max_total_tokens, self.page_size, model.dtype,
+                                                 cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, self.device)
+        cache_args = dict(token_to_kv_pool_allocator=self.token_to_kv_pool_allocator,
+                          req_to_token_pool=self.req_to_token_pool, device=self.device)
+        if disable_radix_cache:
+            self.tree_cache = ChunkCache(self.page_size, **cache_args)
+        elif prefix_cache == "hash":  # vLLM's block-hash prefix cache (notebook 09, bench serve)
+            self.tree_cache = HashBlockCache(HASH_BLOCK_SIZE, **cache_args)
+        else:  # the unsafe switch: a token-granular tree over a paged pool
+            self.tree_cache = RadixCache(1 if unsafe_share_partial_pages else self.page_size, **cache_args)
+        # 3. The scheduler and the model runner.
+        eos = getattr(cfg, "eos_token_id", None)
+        eos_ids = frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
+        self.model_runner = ModelRunner(self.model, self.req_to_token_pool, self.token_to_kv_pool, self.device)
+        self.scheduler = Scheduler(self.model_runner, self.tree_cache, _make_policy(schedule_policy, self.tree_cache, self.random_seed),
+                                   max_running_requests=self.max_running_requests,
+                                   chunked_prefill_size=chunked_prefill_size,
+                                   max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,
+                                   keep_logits=keep_logits)
+        # 4. Notebook 08: the overlap loop (or the normal loop on a device backend) — overlap_scheduler.py.
+        if not isinstance(disable_overlap_schedule, bool):
+            raise ValueError(f"disable_overlap_schedule must be a bool, got {disable_overlap_schedule!r}")
+        self.disable_overlap_schedule = disable_overlap_schedule
+        self.device_backend = None
+        if not disable_overlap_schedule or device_backend is not None:
+            from .overlap_scheduler import attach_backend
+            self.device_backend = attach_backend(self, device_backend)
+        self._num_reqs = 0
+        self._closed = False
+
+    # -- public API -----------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    @property
+    def stats(self):
+        """Counters of the scheduler (prefill tokens computed, cached, evicted...)."""
+        return self.scheduler.stats
+
+    def generate(self, prompts: Any, sampling_params: dict | Sequence[dict] | None = None,
+                 extra_key: str | Sequence[str | None] | None = None,
+                 lora_path: str | Sequence[str | None] | None = None) -> dict | list[dict]:
+        """Generate completions; one dict per prompt (a list for a list, a dict for a single prompt).
+
+        ``prompts``: a string, a list of token ids, or a list of either. ``sampling_params``,
+        ``extra_key`` and ``lora_path`` are one for all prompts or a list with one per prompt.
+        Every prompt is checked before anything runs; a bad one raises ``ValueError`` naming its index.
+        """
+        start = time.perf_counter()
+        single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
+        try:
+            if self.disable_overlap_schedule:
+                self.scheduler.event_loop_normal()
+            else:
+                self.scheduler.event_loop_overlap()
+        except BaseException:
+            self.scheduler.abort_all()  # nothing stays locked or allocated
+            raise
+        outputs = [self._output(r, start) for r in reqs]
+        return outputs[0] if single else outputs
+
+    def add_requests(self, prompts: Any, sampling_params: dict | Sequence[dict] | None = None,
+                     extra_key: str | Sequence[str | None] | None = None,
+                     lora_path: str | Sequence[str | None] | None = None) -> list[Req]:
+        """Queue requests without running them (same arguments and checks as ``generate``); drive
+        the loop with ``step()`` to watch the pools between steps (notebook 07)."""
+        return self._submit(prompts, sampling_params, extra_key, lora_path, time.perf_counter())[1]
+
+    def step(self) -> Any:
+        """One iteration of the normal loop: schedule → run → process. Returns the batch that ran
+        (``None`` when there was nothing to do)."""
+        if not self.scheduler.has_work():
+            return None
+        try:
+            batch = self.scheduler.get_next_batch_to_run()
+            if batch is not None:
+                self.scheduler.process_batch_result(batch, self.scheduler.run_batch(batch))
+        except BaseException:
+            self.scheduler.abort_all()
+            raise
+        return batch
+
+    def result(self, req: Req) -> dict:
+        """``generate``'s dict for a request queued with ``add_requests`` that has finished."""
+        if not req.is_done():
+            raise ValueError(f"request {req.rid!r} has not finished yet")
+        return self._output(req, req.created_time)
+
+    def flush_cache(self) -> bool:
+        """Empty the tree: every cached slot goes back to the allocator (SGLang: ``Engine.flush_cache``)."""
+        if self.scheduler.has_work():
+            return False  # SGLang refuses to flush while requests run
+        self.tree_cache.reset()
+        self.token_to_kv_pool_allocator.clear()
+        self.req_to_token_pool.free_slots = list(range(self.req_to_token_pool.size))
+        return True
+
+    def shutdown(self) -> None:
+        """Release the pools. The engine cannot generate afterwards."""
+        if not self._closed:
+            if self.device_backend is not None:
+                self.device_backend.shutdown()
+            self.flush_cache()
+            self.token_to_kv_pool.k_buffer.clear()
+            self.token_to_kv_pool.v_buffer.clear()
+            self._closed = True
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        cache = "disabled" if self.disable_radix_cache else self.prefix_cache
+        return (f"Engine(page_size={self.page_size}, max_total_tokens={self.max_total_tokens}, "
+                f"max_running_requests={self.max_running_requests}, cache={cache}, "
+                f"chunked_prefill_size={self.chunked_prefill_size})")
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _submit(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
+                start: float) -> tuple[bool, list[Req]]:
+        if self._closed:
+            raise RuntimeError("engine has been shut down")
+        single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
+        for req in reqs:
+            self.scheduler.add_request(req)
+        return single, reqs
+
+    def _make_reqs(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
+                   start: float) -> tuple[bool, list[Req]]:
+        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple, torch.Tensor)) and len(prompts) > 0
+                                               and all(isinstance(t, Integral) for t in prompts))
+        if isinstance(prompts, torch.Tensor):
+            prompts = prompts.tolist()
+        items = [prompts] if single else prompts
+        if not isinstance(items, (list, tuple)) or not items:
+            raise ValueError(f"prompts must be a string, a list of token ids, or a non-empty list of those; got {prompts!r:.60}")
+        n = len(items)
+        params = per_prompt(sampling_params if sampling_params is not None else DEFAULT_SAMPLING_PARAMS,
+                                  n, "sampling_params", dict)
+        keys = per_prompt(extra_key, n, "extra_key", str)
+        loras = per_prompt(lora_path, n, "lora_path", str)
+        reqs = []
+        for i, (prompt, sp, key, lora) in enumerate(zip(items, params, keys, loras)):
+            ids = self._token_ids(prompt, i)
+            sp = normalize_sampling_params(sp, i)
+            if lora is not None and lora not in getattr(self.model, "adapters", {}):
+                raise ValueError(f"prompt {i}: lora_path {lora!r} is not an adapter of this model "
+                                 f"(known: {sorted(getattr(self.model, 'adapters', {}))})")
+            need = ceil_page(len(ids) + sp["max_new_tokens"], self.page_size)
+            if need > self.max_total_tokens or len(ids) + sp["max_new_tokens"] > self.context_len:
+                raise ValueError(f"prompt {i} can never fit: {len(ids)} prompt tokens + max_new_tokens="
+                                 f"{sp['max_new_tokens']} need {need} KV slots, the pool has max_total_tokens="
+                                 f"{self.max_total_tokens} (context length {self.context_len})")
+            # SGLang: extra_key = (extra_key or "") + lora_id
+            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key or "") + lora
+            seed = sp.pop("sampling_seed", None)
+            self._num_reqs += 1
+            reqs.append(Req(rid=f"req-{self._num_reqs}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,
+                            index=i, created_time=start,
+                            sampling_seed=self.random_seed + self._num_reqs if seed is None else seed, **sp))
+        return single, reqs
+
+    def _token_ids(self, prompt: Any, i: int) -> list[int]:
+        if isinstance(prompt, str):
+            ids = list(self.tokenizer.encode(prompt))
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, Integral) and not isinstance(t, bool) for t in prompt):
+            ids = [int(t) for t in prompt]
+        else:
+            raise ValueError(f"prompt {i} must be a string or a list of token ids, got {type(prompt).__name__}")
+        if not ids:
+            raise ValueError(f"prompt {i} is empty")
+        vocab = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"prompt {i} holds token id {bad[0]}, outside the vocabulary (0 .. {vocab - 1})")
+        return ids
+
+    def _output(self, req: Req, start: float) -> dict:
+        try:
+            text = self.tokenizer.decode(req.output_ids, skip_special_tokens=True)
+        except TypeError:
+            text = self.tokenizer.decode(req.output_ids)
+        meta = {"id": req.rid, "prompt_tokens": len(req.origin_input_ids), "completion_tokens": len(req.output_ids),
+                "cached_tokens": req.cached_tokens, "finish_reason": req.finished_reason,
+                "ttft": req.first_token_time - start, "e2e_latency": req.finished_time - start}
+        if self.scheduler.keep_logits:
+            meta["output_logits"] = req.output_logits
+        return {"text": text, "output_ids": list(req.output_ids), "meta_info": meta}
