@@ -263,9 +263,9 @@ device has read the previous batch's**, and not a moment longer. It does *not* w
 reading the inputs happens at the start of a forward, so the CPU is released early and overlap survives.
 
 In SGLang, [`_apply_war_barrier`]({SCHED}#L1664) runs right after each launch. On CUDA it does not block the host:
-the scheduler's *stream* waits (`schedule_stream.wait_event`) on a read-done event that the forward records
-[right after it has snapshotted its inputs]({CG}#L1232), so every later write the scheduler enqueues is ordered
-after the read. Our CUDA backend's staging buffer is written by the *host* into pinned memory, so its barrier is a
+the scheduler's *stream* waits (`schedule_stream.wait_event`) on a read-done event that the forward records right
+after it has snapshotted its inputs ([`war_fastpath_read_done_event`]({CG}#L1232)), so every later write the
+scheduler enqueues is ordered after the read. Our CUDA backend's staging buffer is written by the *host* into pinned memory, so its barrier is a
 host wait on the same kind of event (`inputs_read.synchronize()`); the CPU worker's barrier waits for the worker's
 "read" message. The engine also snapshots the request rows (`req_to_token`) during that read, because result
 processing and the next schedule rewrite rows.
