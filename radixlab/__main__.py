@@ -1,4 +1,4 @@
-"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model}``.
+"""Command line: ``python -m radixlab {demo,doctor,student,bench,grade,fetch-model,fetch-sglang}``.
 
 Each subcommand lives in its own module and is imported only when used.
 """
@@ -13,8 +13,10 @@ BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
     "lookup": ("lookup", "hash lookups (re-hashing, or hashes kept on the request) vs radix match, by prefix length"),
     "evict": ("evict", "SGLang's eviction heap vs an LRU linked list on the same trace (notebook 06)"),
+    "tree": ("tree", "radix tree cost per op: fast vs readable matcher vs SGLang's own tree, growth, memory (notebook 11)"),
     "prefill": ("prefill", "no cache vs radix cache serving a shared system prompt: prefill tokens and TTFT (notebook 07)"),
     "overlap": ("overlap", "overlap vs normal event loop: throughput ratio, device idle, ideal ratio (notebook 08)"),
+    "serve": ("serve", "workloads through the engine: no cache vs hash vs radix, policies (notebook 09)"),
 }
 
 
@@ -76,6 +78,12 @@ def _fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fetch_sglang(args: argparse.Namespace) -> int:
+    from .sglang_ref import main as fetch_main
+
+    return fetch_main((["--quiet"] if args.quiet else []) + (["--check"] if args.check else []))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -95,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--out", required=True, help="output folder (never the instructor folder)")
     p.set_defaults(fn=_student)
     p = sub.add_parser("bench", help="benchmarks that print ratios against their baseline",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="\n".join(f"{k}: {v[1]}" for k, v in BENCHMARKS.items()))
     p.add_argument("name", help=f"one of: {', '.join(sorted(BENCHMARKS))}")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="options for the benchmark (see bench NAME --help)")
@@ -108,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="download and convert again even if the cache looks fine")
     p.add_argument("--no-convert", action="store_true", help="only download and verify the GGUF")
     p.set_defaults(fn=_fetch_model)
+    p = sub.add_parser("fetch-sglang", help="fetch SGLang 0.5.17's wheel (the differential test's reference) "
+                       "into $RADIXLAB_CACHE (default ~/.cache/radixlab)")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--check", action="store_true", help="also import its RadixCache and print what was loaded")
+    p.set_defaults(fn=_fetch_sglang)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -338,3 +338,267 @@ class HashPrefixCache:
             lines.append(f"#{i:<3} h={b.hash & 0xFFFFFFFF:08x}…  parent={parent:<4} "
                          f"tokens={abbreviate(b.tokens, max_tokens)}{ns} ref={b.ref}")
         return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# HashBlockCache: the hash cache *inside the engine* (``Engine(..., prefix_cache="hash")``), run the
+# way vLLM runs it, so notebook 09 and ``bench serve`` compare radix vs hash fairly.
+# ---------------------------------------------------------------------------------------------
+
+
+class HashedKey(RadixKey):
+    """A request's key that also carries the request's list of block hashes (vLLM: ``Request.block_hashes``).
+
+    ``Req.radix_key`` hands one out; ``HashBlockCache`` reads the hashes already computed from it and
+    appends the new ones, so a block of a request is hashed once in its life, not at every match.
+    """
+
+    __slots__ = ("block_hashes",)
+
+
+class HashBlock:
+    """One cached block: chain hash, tokens, slots, and vLLM's ``ref_cnt`` (here ``lock_ref``).
+
+    It has the attributes the engine reads from a tree node (``parent``, ``key``, ``lock_ref``), so
+    the scheduler locks a chain of blocks exactly as it locks a path of the radix tree.
+    """
+
+    __slots__ = ("hash", "key", "extra_key", "parent", "value", "lock_ref", "id")
+
+    def __init__(self, h: int | None, tokens: tuple, extra_key: Hashable | None, parent: HashBlock | None,
+                 value: torch.Tensor, block_id: int) -> None:
+        self.hash, self.key, self.extra_key, self.parent, self.value = h, tokens, extra_key, parent, value
+        self.lock_ref = 0
+        self.id = block_id
+
+    @property
+    def evicted(self) -> bool:
+        return self.value is None
+
+    def __repr__(self) -> str:
+        return f"HashBlock(id={self.id}, tokens={list(self.key[:4])}..., lock_ref={self.lock_ref})"
+
+
+class HashBlockCache:
+    """vLLM's prefix cache in the engine: a flat ``chain hash -> block`` table over the KV pool.
+
+    How vLLM (``v1/core/kv_cache_manager.py``, ``block_pool.py``) runs it, and what is kept here:
+
+    * Only full blocks of ``block_size`` tokens (16) are cached; a block's hash chains its parent's
+      hash (``block_hash_input``), the namespace is folded into block 0 (vLLM's ``cache_salt``).
+    * The request keeps its block hashes (``Req.block_hashes``, filled through ``HashedKey``): a match
+      hashes only blocks it has not hashed before. ``hash_computations`` counts hashes computed.
+    * A match walks forward (hash block 0, probe, block 1, probe...) and stops at the first miss.
+    * Every block a running request uses has ``lock_ref`` (vLLM's ``ref_cnt``) > 0. A block whose
+      count drops to 0 joins the free queue; ``evict`` takes the queue's head first. A request's
+      blocks join it last block first (vLLM frees in reverse), so a prompt's tail goes before its head.
+
+    It speaks the tree-cache interface the scheduler uses (``match_prefix``, ``inc_lock_ref``,
+    ``dec_lock_ref``, ``evict``, ``evictable_size``, ``cache_finished_req``, ``cache_unfinished_req``),
+    with a sentinel ``root_node``. Differences from vLLM: no hash collisions are trusted (tokens are
+    compared, as ``HashPrefixCache``); slots are handed out by radixlab's allocator, so a block is a
+    run of ``block_size`` slots, not one physical block id.
+    """
+
+    def __init__(self, block_size: int = 16, *, token_to_kv_pool_allocator: Any = None, req_to_token_pool: Any = None,
+                 device: str | torch.device = "cpu", hash_fn: Callable[[bytes], int] | None = None) -> None:
+        _check_block_size(block_size)
+        page = getattr(token_to_kv_pool_allocator, "page_size", 1)
+        if block_size % page:
+            raise ValueError(f"block_size must be a multiple of the KV pool's page_size={page}, got {block_size}")
+        self.block_size = block_size
+        self.page_size = block_size  # what the engine aligns matches to
+        self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.req_to_token_pool = req_to_token_pool
+        self.device = torch.device(device)
+        self.hash_fn = hash_fn or _xxh64
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every block (slots are not returned: the engine clears its allocator itself)."""
+        self.table: dict[int, HashBlock] = {}
+        self.free_queue: dict[HashBlock, None] = {}  # blocks with lock_ref 0, oldest first (an ordered set)
+        self.root_node = HashBlock(None, (), None, None, torch.empty(0, dtype=torch.int64), 0)
+        self.root_node.lock_ref = 1
+        self._next_id = 1
+        self.hash_computations = 0
+        self.dict_probes = 0
+
+    # -- hashing -----------------------------------------------------------------------------
+
+    def block_hashes(self, key: RadixKey) -> list[int]:
+        """Chain hashes of the full blocks of ``key``, reusing (and extending) those the request keeps."""
+        kept = getattr(key, "block_hashes", None)
+        hashes = kept if kept is not None else []
+        tokens, bs = key.token_ids, self.block_size
+        n = len(tokens) // bs
+        for i in range(len(hashes), n):
+            parent = hashes[i - 1] if i else None
+            hashes.append(self.hash_fn(block_hash_input(parent, tokens[i * bs:(i + 1) * bs], key.extra_key)))
+            self.hash_computations += 1
+        return hashes[:n]
+
+    def _key(self, key: Any) -> RadixKey:
+        if not isinstance(key, RadixKey):
+            key = RadixKey(_as_token_tuple(key, "key"))
+        if key.is_bigram:
+            raise ValueError("the hash cache works on tokens, not on a bigram view")
+        return key
+
+    def _walk(self, key: RadixKey) -> list[HashBlock]:
+        """The cached blocks of ``key``'s longest cached prefix (forward walk, stops at the first miss)."""
+        blocks: list[HashBlock] = []
+        parent, bs = self.root_node, self.block_size
+        for i, h in enumerate(self.block_hashes(key)):
+            self.dict_probes += 1
+            block = self.table.get(h)
+            if not self._same(block, parent, key.token_ids[i * bs:(i + 1) * bs], key.extra_key):
+                break
+            blocks.append(block)
+            parent = block
+        return blocks
+
+    # -- the tree-cache interface -----------------------------------------------------------------
+
+    def match_prefix(self, key: Any) -> Any:
+        """Longest cached prefix in whole blocks: ``MatchResult(slots, last block)``."""
+        from .radix_cache import MatchResult
+
+        blocks = self._walk(self._key(key))
+        values = torch.cat([b.value for b in blocks]) if blocks else torch.empty(0, dtype=torch.int64, device=self.device)
+        return MatchResult(values, blocks[-1] if blocks else self.root_node)
+
+    def inc_lock_ref(self, node: HashBlock) -> int:
+        delta = 0
+        while node is not self.root_node:
+            if node.lock_ref == 0:
+                self.free_queue.pop(node, None)
+                delta -= len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+        return delta
+
+    def dec_lock_ref(self, node: HashBlock) -> int:
+        walk = node
+        while walk is not self.root_node:
+            if walk.lock_ref <= 0:
+                raise ValueError(f"dec_lock_ref on block {walk.id} whose lock_ref is already 0")
+            walk = walk.parent
+        delta = 0
+        while node is not self.root_node:  # last block first: the tail joins the free queue first
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                self.free_queue[node] = None
+                delta += len(node.key)
+            node = node.parent
+        return delta
+
+    def evict(self, num_tokens: int) -> int:
+        """Free blocks from the head of the free queue until ``num_tokens`` slots are free."""
+        evicted = 0
+        while evicted < num_tokens and self.free_queue:
+            block = next(iter(self.free_queue))
+            del self.free_queue[block]
+            del self.table[block.hash]
+            if self.token_to_kv_pool_allocator is not None:
+                self.token_to_kv_pool_allocator.free(block.value)
+            block.value = None
+            evicted += len(block.key)
+        return evicted
+
+    def evictable_size(self) -> int:
+        return len(self.free_queue) * self.block_size
+
+    def protected_size(self) -> int:
+        return (len(self.table) - len(self.free_queue)) * self.block_size
+
+    def total_size(self) -> int:
+        return len(self.table) * self.block_size
+
+    @staticmethod
+    def _same(block: HashBlock | None, parent: HashBlock, tokens: tuple, extra_key: Hashable | None) -> bool:
+        """The collision guard. A block whose parent was evicted (an orphan, still in the table as in
+        vLLM) is the same block when its tokens agree: its hash chains the same parent hash. It is
+        re-linked under the live parent, and its KV is reused."""
+        if block is None or block.key != tokens or block.extra_key != extra_key:
+            return False
+        if block.parent is not parent:
+            if not block.parent.evicted:
+                return False
+            block.parent = parent  # an orphan is never locked: its parent's eviction proves it
+        return True
+
+    def _insert(self, key: RadixKey, slots: torch.Tensor) -> list[tuple[HashBlock, bool]]:
+        """Cache every full block of ``key`` (slots from ``slots``); returns the chain now cached as
+        ``(block, new)`` pairs (``new``: it took our slots). Stops at a hash collision."""
+        bs, parent, chain = self.block_size, self.root_node, []
+        for i, h in enumerate(self.block_hashes(key)):
+            tokens = key.token_ids[i * bs:(i + 1) * bs]
+            block = self.table.get(h)
+            new = block is None
+            if new:
+                block = HashBlock(h, tokens, key.extra_key, parent, slots[i * bs:(i + 1) * bs].clone(), self._next_id)
+                self._next_id += 1
+                self.table[h] = block
+                self.free_queue[block] = None  # unlocked until someone locks it
+            elif not self._same(block, parent, tokens, key.extra_key):
+                break  # a collision: keep nothing past it
+            chain.append((block, new))
+            parent = block
+        return chain
+
+    def _free_duplicates(self, chain: list[tuple[HashBlock, bool]], kv: torch.Tensor, protected: int) -> None:
+        """Our slots of blocks the table already had (past our locked prefix) go back to the allocator."""
+        bs = self.block_size
+        for i, (block, new) in enumerate(chain):
+            if not new and i * bs >= protected:
+                self.token_to_kv_pool_allocator.free(kv[i * bs:(i + 1) * bs])
+
+    def cache_finished_req(self, req: Any, is_insert: bool = True, kv_len_to_handle: int | None = None) -> None:
+        """A finished request: its full blocks join the table, duplicates and the tail are freed, locks drop."""
+        allocator, row = self.token_to_kv_pool_allocator, self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        kv_len = req.seq_len if kv_len_to_handle is None else kv_len_to_handle
+        kv = row[:kv_len]
+        key = req.radix_key(req.all_ids[:kv_len])
+        if is_insert:
+            chain = self._insert(key, kv)
+            cached = len(chain) * self.block_size
+            self._free_duplicates(chain, kv, req.cache_protected_len)
+        else:
+            cached = req.cache_protected_len
+        allocator.free(kv[max(cached, req.cache_protected_len):])
+        if req.last_node is not None and req.last_node is not self.root_node:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = None
+        req.cache_protected_len = 0
+        req.prefix_indices = torch.empty(0, dtype=torch.int64, device=self.device)
+        req.finished = True
+
+    def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
+        """After a prefill (chunk): the table adopts the full blocks so far; the request re-points its row."""
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        kv = row[:req.seq_len]
+        key = req.radix_key(req.fill_ids)
+        pairs = self._insert(key, kv)
+        self._free_duplicates(pairs, kv, req.cache_protected_len)
+        chain = [b for b, _ in pairs]
+        new_len = len(chain) * self.block_size
+        if chain:
+            values = torch.cat([b.value for b in chain])
+            self.req_to_token_pool.write(req.req_pool_idx, req.cache_protected_len, values[req.cache_protected_len:])
+            self.inc_lock_ref(chain[-1])
+        else:
+            values = torch.empty(0, dtype=torch.int64, device=self.device)
+        if req.last_node is not None and req.last_node is not self.root_node:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = chain[-1] if chain else self.root_node
+        req.cache_protected_len = new_len
+        req.prefix_indices = torch.cat([values, row[new_len:req.seq_len]])
+
+    def check_invariants(self) -> None:
+        """Counts agree: a block is in the free queue iff nobody locks it; locks never grow downwards."""
+        for h, b in self.table.items():
+            assert b.hash == h and not b.evicted and len(b.value) == self.block_size
+            assert (b.lock_ref == 0) == (b in self.free_queue), f"block {b.id}: free queue out of date"
+            assert b.parent is self.root_node or b.lock_ref <= b.parent.lock_ref or b.parent.evicted
+        assert all(b.hash in self.table for b in self.free_queue)

@@ -171,3 +171,209 @@ def ideal_hit_rate(trace: Sequence[TraceRequest]) -> float:
         for t in r.prompt_ids + r.output_ids:
             node = node.setdefault(t, {})
     return hits / total if total else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving workloads (notebook 09_scheduling_and_serving, ``bench serve``): SGLang's
+# generated-shared-prefix, tree of thought / self-consistency fan-out, and prompts that share
+# nothing. All seeded; ``as_text`` turns any trace into readable text for a real tokenizer.
+# ---------------------------------------------------------------------------------------------
+
+
+def generated_shared_prefix(num_groups: int = 4, prompts_per_group: int = 8, system_prompt_len: int = 256,
+                            question_len: int = 32, output_len: int = 16, ordered: bool = False,
+                            vocab: int = 1000, seed: int = 0) -> list[TraceRequest]:
+    """SGLang's ``generated-shared-prefix`` dataset, scaled down to a laptop CPU.
+
+    ``num_groups`` system prompts of ``system_prompt_len`` tokens, each followed by
+    ``prompts_per_group`` different questions of ``question_len`` tokens; every request generates
+    ``output_len`` tokens. SGLang's ``bench_serving`` defaults are 64 groups × 16 prompts, 2048-token
+    system prompts, 128-token questions and 256 output tokens, and it shuffles the requests unless
+    ``--gsp-ordered``: ``ordered=False`` shuffles here too (seeded), so a first-come-first-served
+    scheduler sees the groups interleaved.
+    """
+    for name, v in (("num_groups", num_groups), ("prompts_per_group", prompts_per_group),
+                    ("system_prompt_len", system_prompt_len), ("question_len", question_len),
+                    ("output_len", output_len), ("vocab", vocab)):
+        _check(name, v)
+    rng = random.Random(seed)
+    systems = [_tokens(rng, system_prompt_len, vocab) for _ in range(num_groups)]
+    trace = [TraceRequest(systems[g] + _tokens(rng, question_len, vocab), _tokens(rng, output_len, vocab),
+                          None, f"group{g} q{p}")
+             for g in range(num_groups) for p in range(prompts_per_group)]
+    if not ordered:
+        rng.shuffle(trace)
+    return trace
+
+
+def tree_of_thought(num_problems: int = 2, fan_out: tuple[int, ...] = (3, 2), question_len: int = 64,
+                    thought_len: tuple[int, int] = (16, 32), output_len: tuple[int, int] = (16, 32),
+                    vocab: int = 1000, seed: int = 0) -> list[TraceRequest]:
+    """Branching programs (the SGLang paper's tree-of-thought and self-consistency shapes).
+
+    Each of ``num_problems`` problems is a question of ``question_len`` tokens. Level 1 sends the
+    question ``fan_out[0]`` times (``fan_out[0]`` samples of one prompt: self-consistency); each
+    answer is a thought of ``thought_len`` tokens. Level k extends every path of level k-1 with its
+    thought and sends it ``fan_out[k-1]`` times. The last level's outputs have ``output_len``
+    tokens. Requests come level by level (a level needs the previous one's outputs), problems
+    interleaved within a level. ``fan_out=(k,)`` is plain self-consistency with k samples.
+    """
+    for name, v in (("num_problems", num_problems), ("question_len", question_len), ("vocab", vocab)):
+        _check(name, v)
+    if not isinstance(fan_out, tuple) or not fan_out:
+        raise ValueError(f"fan_out must be a non-empty tuple of ints (samples per level), got {fan_out!r}")
+    for f in fan_out:
+        _check("fan_out", f)
+    _check_range("thought_len", thought_len), _check_range("output_len", output_len)
+    rng = random.Random(seed)
+    # paths[i] = (label, prompt so far) of every open branch, all problems together
+    paths = [(f"tot{p}", _tokens(rng, question_len, vocab)) for p in range(num_problems)]
+    trace = []
+    for level, k in enumerate(fan_out):
+        last = level == len(fan_out) - 1
+        nxt = []
+        for label, prompt in paths:
+            for s in range(k):
+                out = _tokens(rng, rng.randint(*(output_len if last else thought_len)), vocab)
+                trace.append(TraceRequest(prompt, out, None, f"{label}.{s}"))
+                nxt.append((f"{label}.{s}", prompt + out))
+        paths = nxt
+    return trace
+
+
+def self_consistency(num_problems: int = 4, samples: int = 5, question_len: int = 96,
+                     output_len: tuple[int, int] = (16, 32), vocab: int = 1000, seed: int = 0) -> list[TraceRequest]:
+    """``samples`` answers to each of ``num_problems`` questions: ``tree_of_thought(fan_out=(samples,))``."""
+    return tree_of_thought(num_problems, (samples,), question_len, (1, 1), output_len, vocab, seed)
+
+
+def random_prompts(num_requests: int = 32, prompt_len: tuple[int, int] = (64, 160),
+                   output_len: tuple[int, int] = (8, 24), vocab: int = 1000, seed: int = 0) -> list[TraceRequest]:
+    """Prompts that share nothing: the workload where a prefix cache can only cost.
+
+    Every prompt starts with a different token (drawn without replacement, so ``num_requests``
+    must be <= ``vocab``): no two requests share even one token of prefix.
+    """
+    for name, v in (("num_requests", num_requests), ("vocab", vocab)):
+        _check(name, v)
+    _check_range("prompt_len", prompt_len), _check_range("output_len", output_len)
+    if num_requests > vocab:
+        raise ValueError(f"num_requests must be <= vocab={vocab} (every prompt starts with its own token), "
+                         f"got {num_requests}")
+    rng = random.Random(seed)
+    firsts = rng.sample(range(vocab), num_requests)
+    return [TraceRequest((firsts[i],) + _tokens(rng, rng.randint(*prompt_len) - 1, vocab),
+                         _tokens(rng, rng.randint(*output_len), vocab), None, f"rand q{i}")
+            for i in range(num_requests)]
+
+
+WORKLOADS.update({
+    "generated_shared_prefix": generated_shared_prefix,
+    "tree_of_thought": tree_of_thought,
+    "self_consistency": self_consistency,
+    "random_prompts": random_prompts,
+})
+
+_SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ri", "sa", "to", "vu", "ze", "bo", "da", "fi", "gu", "he", "ju")
+
+
+def token_word(token_id: int) -> str:
+    """A readable, pronounceable word for a token id (``0 -> "ka"``, ``17 -> "loka"``...): a bijection."""
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+        raise ValueError(f"token_id must be a non-negative int, got {token_id!r}")
+    word = ""
+    n = token_id
+    while True:
+        n, d = divmod(n, len(_SYLLABLES))
+        word = _SYLLABLES[d] + word
+        if n == 0:
+            return word
+        n -= 1  # bijective numeration: every word stands for exactly one id
+
+
+def as_text(trace: Sequence[TraceRequest]) -> list[tuple[str, str]]:
+    """``(prompt text, output text)`` for every request: token ids as words joined by spaces.
+
+    Prefix sharing survives: two prompts that share k token ids share their first k words, so a
+    real tokenizer (``Engine.generate`` on text) sees a shared text prefix too.
+    """
+    return [(" ".join(map(token_word, r.prompt_ids)), " ".join(map(token_word, r.output_ids))) for r in trace]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference tree workload (notebook 11, ``python -m radixlab bench tree``)
+# ---------------------------------------------------------------------------------------------
+
+
+class ReferenceTreeWorkload:
+    """``num_prompts`` system prompts of ``system_len`` tokens, each followed by ``turns`` distinct
+    turns of ``turn_len`` tokens: the workload ``../shared/tools/sglang_tree_compare.py`` and
+    ``bench tree`` time both caches on (defaults: 100 x 50 = 5,000 requests of 1,200 tokens,
+    5,100 nodes, 1.1 M tokens).
+
+    First tokens are distinct among system prompts and among the turns of one prompt, so the tree
+    is exactly ``num_prompts`` internal nodes + ``num_prompts * turns`` leaves. Every token list
+    is made of its own int objects (``array('q').tolist()``), as a tokenizer would hand them over,
+    so no compare can take CPython's identity shortcut on shared ints.
+    """
+
+    def __init__(self, num_prompts: int = 100, turns: int = 50, system_len: int = 1000, turn_len: int = 200,
+                 vocab: int = 32_000, seed: int = 0) -> None:
+        for name, v in (("num_prompts", num_prompts), ("turns", turns), ("system_len", system_len),
+                        ("turn_len", turn_len)):
+            _check(name, v)
+        _check("vocab", vocab, 2)
+        if num_prompts > vocab - 1 or turns > vocab - 1:
+            raise ValueError(f"num_prompts and turns must be < vocab ({vocab}) so first tokens can differ")
+        self.turns, self.system_len, self.turn_len, self.vocab = turns, system_len, turn_len, vocab
+        self.rng = random.Random(seed)
+        self._root_firsts: set[int] = set()
+        self.system = [self._run(system_len, self._root_firsts) for _ in range(num_prompts)]
+        self._turn_firsts: list[set[int]] = [set() for _ in range(num_prompts)]
+
+    def _run(self, n: int, avoid_first: set[int]) -> list[int]:
+        r = self.rng.randrange
+        first = r(self.vocab)
+        while first in avoid_first:
+            first = r(self.vocab)
+        avoid_first.add(first)
+        return [first] + [r(self.vocab) for _ in range(n - 1)]
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.system)
+
+    def new_turn(self, p: int, reserve: bool = True) -> list[int]:
+        """A turn for prompt ``p`` whose first token no cached turn of ``p`` starts with."""
+        turn = self._run(self.turn_len, self._turn_firsts[p])
+        if not reserve:  # a query that will not be inserted: don't use up its first token
+            self._turn_firsts[p].discard(turn[0])
+        return turn
+
+    def requests(self) -> list[list[int]]:
+        """Every request of the workload (turn-major, round-robin over prompts), fresh ints each."""
+        return [fresh(self.system[p] + self.new_turn(p)) for _ in range(self.turns) for p in range(self.num_prompts)]
+
+    def system_hit(self) -> list[int]:
+        """A cached system prompt + an unseen turn: the match ends at the system prompt's node."""
+        p = self.rng.randrange(self.num_prompts)
+        return fresh(self.system[p] + self.new_turn(p, reserve=False))
+
+    def new_request(self) -> list[int]:
+        """A request to insert: a cached system prompt + a new turn (reserved)."""
+        p = self.rng.randrange(self.num_prompts)
+        return fresh(self.system[p] + self.new_turn(p))
+
+    def miss(self) -> list[int]:
+        """A request sharing nothing with the tree (its first token starts no root edge)."""
+        first = self.rng.randrange(self.vocab)
+        while first in self._root_firsts:
+            first = self.rng.randrange(self.vocab)
+        return [first] + [self.rng.randrange(self.vocab) for _ in range(self.system_len + self.turn_len - 1)]
+
+
+def fresh(tokens: Sequence[int]) -> list[int]:
+    """The same token ids as new int objects (as separately tokenized requests have)."""
+    from array import array
+
+    return array("q", tokens).tolist()

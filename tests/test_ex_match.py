@@ -135,3 +135,54 @@ def test_the_grader_rejects_a_wrapper_around_radixlabs_match_but_not_the_solutio
 def test_not_a_function_is_a_clear_error():
     with pytest.raises(TypeError, match="match_prefix"):
         check_match_prefix("def match_prefix(): ...")
+
+
+HEAD = "def match_prefix(root, tokens):\n"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Exercise 01.1 through the grader (untrusted executor, verdicts in the grader's process)."""
+    from radixlab.course import grade
+    from radixlab.course.edition import student_notebook
+
+    def with_answer(source):
+        nb = nbformat.read(NOTEBOOK, as_version=4)
+        next(c for c in nb.cells if c.cell_type == "code" and "def match_prefix(root, tokens)" in c.source).source = source
+        return nb
+
+    subs = {
+        "good": nbformat.read(NOTEBOOK, as_version=4),
+        "blank": student_notebook(nbformat.read(NOTEBOOK, as_version=4)),
+        "partial_edges": with_answer("from radixlab.tree import common_prefix_len\n\n" + HEAD +
+            "    node, i, hit = root, 0, (0, None)\n"
+            "    while i < len(tokens) and tokens[i] in node.children:\n"
+            "        child = node.children[tokens[i]]\n"
+            "        j = common_prefix_len(child.key, tokens[i:])\n"
+            "        i += j\n"
+            "        if child.value is not None:\n            hit = (i, child.value)\n"
+            "        if j < len(child.key):\n            break\n"
+            "        node = child\n"
+            "    return hit\n"),
+        "wraps_radixlab": with_answer("from radixlab.tree import RadixTree\n\n" + HEAD +
+            "    t = RadixTree()\n    t.root = root\n    return t.match_prefix(tokens)\n"),
+    }
+    folder = tmp_path_factory.mktemp("grade01")
+    paths = []
+    for name, nb in subs.items():
+        paths.append(folder / f"{name}.ipynb")
+        nbformat.write(nb, paths[-1])
+    out = folder / "grades.json"
+    rc = grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOK.parent), "--lesson", "01",
+                                               "--seed", "5", "--case-timeout", "5", "--json", str(out)])
+    assert rc == 0
+    reports = json.loads(out.read_text())["reports"]
+    return {name: next(r for r in rep["exercises"] if r["exercise"] == "01.1") for name, rep in zip(subs, reports)}
+
+
+def test_the_grader_scores_01_1(graded):
+    assert (graded["good"]["status"], graded["good"]["points"], graded["good"]["max_points"]) == ("passed", 3, 3)
+    assert graded["blank"]["status"] == "not done" and graded["blank"]["points"] == 0
+    assert graded["partial_edges"]["points"] < 3
+    assert graded["partial_edges"]["status"] == "failed"
+    assert graded["wraps_radixlab"]["points"] == 0

@@ -205,3 +205,4 @@ def test_notebook_exercise_both_editions():
     assert check_longest_cached_prefix(solved["longest_cached_prefix"], record=False).passed
     exec(blank_solutions(src), student)
     assert check_longest_cached_prefix(student["longest_cached_prefix"], record=False).not_done
+    assert "# aligned = ______" in blank_solutions(src)  # the student edition shows the variable, as the seed does

@@ -333,3 +333,104 @@ def test_ci_workflow_for_course_repositories():
     assert "radixlab grade build/student/" in runs
     assert "metadata" in runs and "widgets" in runs  # notebook-level widget state is checked too
     assert "make test-browser" in runs and "playwright install" not in runs
+
+
+# -- the "write your own" review, fast (no process started) ------------------------------------------
+
+def _review(exercise: str, cells: list[str]) -> list[str]:
+    from radixlab.course.exercises import all_specs
+    from radixlab.course.extract import course_statements, extract, review
+
+    spec = all_specs()[exercise]
+    nb = nbformat.read(lesson_with(spec.function), as_version=4)
+    base = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    ex = extract(base + [(100 + k, src) for k, src in enumerate(cells)], spec.function,
+                 course_statements([s for _, s in base]))
+    assert not ex.problem, ex.problem
+    return review(ex, spec.forbidden)
+
+
+@pytest.mark.parametrize("exercise, cells, evidence", [
+    ("02.1", ["import radixlab.tree as m\nM = m\ndef split(node, idx):\n    M.RadixTree.insert = None\n    raise NotImplementedError()"], "changes M.RadixTree.insert"),
+    ("02.1", ["import radixlab\ndef split(node, idx):\n    t = radixlab.tree.RadixTree\n    return t._split(None, node, idx)"], "._split"),
+    ("02.1", ["import radixlab\ndef split(node, idx):\n    return radixlab.course.ex_tree.reference_split(node, idx)"], ".course"),
+    ("02.1", ["from operator import attrgetter\ndef split(node, idx):\n    return attrgetter('_sp' + 'lit')(1)"], "attrgetter"),
+    ("02.1", ["%%time\ndef split(node, idx):\n    return RadixTree._split(None, node, idx)"], "._split"),
+    ("02.1", ["def split(node, idx):\n    return __builtins__['__import__']('radixlab.course.ex_tree')"], "__builtins__"),
+    ("02.1", ["import pathlib\ndef split(node, idx):\n    pathlib.Path('x').write_text('y')\n    raise NotImplementedError()"], "pathlib"),
+    ("02.1", ["def split(node, idx):\n    exec('import radixlab')\n    raise NotImplementedError()"], "exec()"),
+    ("02.1", ["def split(node, idx):\n    return vars(RadixNode)\n"], "vars()"),
+    ("04.1", ["from radixlab.hash_cache import HashCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return HashCache(p)"], "without radixlab"),
+    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return page_size_view(paths, q, ns, p).reusable"], "page_size_view"),
+    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match_prefix(q))"], "RadixCache"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    return type(cache).evict(cache, num_tokens)"], ".evict"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
+    ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
+              "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
+def test_review_rejects_shortcuts(exercise, cells, evidence):
+    findings = _review(exercise, cells)
+    assert any(evidence in f for f in findings), findings
+
+
+@pytest.mark.parametrize("exercise, cells", [
+    ("04.1", ["import operator, itertools\ndef longest_cached_prefix(q, ns, paths, p):\n    if p <= 0:\n        raise ValueError('p')\n"
+              "    best = 0\n    for t, n in sorted(paths, key=operator.itemgetter(1)):\n        if n == ns:\n"
+              "            c = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(q, t)))\n"
+              "            best = max(best, c // p * p)\n    return best"]),
+    ("06.1", ["class Counter:\n    n = 0\n\n\ndef evict_loop(cache, heap, num_tokens):\n    Counter.n += 1\n    evicted = 0\n"
+              "    while evicted < num_tokens and heap:\n        _, node = heapq.heappop(heap)\n"
+              "        cache.token_to_kv_pool_allocator.free(node.value)\n        evicted += len(node.key)\n"
+              "        cache._delete_leaf(node)\n    return evicted"]),
+    ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
+              "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
+])
+def test_review_accepts_honest_code(exercise, cells):
+    assert _review(exercise, cells) == []
+
+
+def test_every_spec_agrees_with_itself_on_fresh_seeds():
+    """The grader draws hidden cases from a fresh seed: the reference must pass every one of them."""
+    from radixlab.course.exercises import all_specs
+    from radixlab.course.spec import outcomes_for, run_case
+
+    for spec in all_specs().values():
+        for seed in (0, 1, 2, 12345):
+            cases = spec.cases(seed)
+            wants = [spec.drive(spec.reference, c.args) for c in cases]
+            got = [run_case(spec, spec.reference, c.args) for c in cases]
+            result = outcomes_for(spec, cases, got, wants)
+            assert result.passed and result.max_score == 3, (spec.id, seed, repr(result))
+            assert all(c.part == "main" for c in cases if not c.hidden), spec.id
+
+
+def test_a_submission_that_changes_radixlab_voids_the_batch(tmp_path, monkeypatch):
+    """If radixlab's files change while a submission runs, its grades and every later one are void."""
+    prints = iter(["before", "after", "after", "after"])
+    monkeypatch.setattr(grade, "package_fingerprint", lambda: next(prints))
+    paths = []
+    for name in ("first", "second"):
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(blank(SPLIT), paths[-1])
+    out = tmp_path / "g.json"
+    assert grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOKS), "--lesson", "02", "--json", str(out)]) == 0
+    first, second = json.loads(out.read_text())["reports"]
+    assert first["status"] == "tampered" and "void" in first["warnings"][-1]
+    assert second["status"] == "not graded" and "changed while grading" in second["execution"]["stopped"]
+
+
+def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
+    """Instructor edition: full automatic marks for every exercise; student edition: every one "not done"."""
+    paths = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        lesson = grade.load_lesson(path)
+        if lesson.exercises:
+            (tmp_path / "student").mkdir(exist_ok=True)
+            nbformat.write(blank(path), tmp_path / "student" / path.name)
+            paths += [path, tmp_path / "student" / path.name]
+    out = tmp_path / "g.json"
+    assert grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOKS), "--json", str(out)]) == 0
+    for rep in json.loads(out.read_text())["reports"]:
+        student = "/student/" in rep["submission"]
+        for r in rep["exercises"]:
+            assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)

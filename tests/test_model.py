@@ -148,6 +148,19 @@ def test_mixed_batches_with_different_prefix_lengths(model, page_size):
         assert_close(torch.cat(logits[id(r)]), dense(model, r.tokens)[pre:], f"request with prefix {pre}")
 
 
+def test_last_only_returns_each_requests_last_row(model):
+    h, rng = Harness(model, 4), random.Random(2)
+    reqs, prompts = [h.new_request(), h.new_request()], [rand_tokens(rng, 9), rand_tokens(rng, 4)]
+    fb = ForwardBatch.build(ForwardMode.EXTEND, prompts, [r.row for r in reqs], [0, 0],
+                            torch.cat([h.allocator.alloc_extend(0, -1, len(p)) for p in prompts]), device=model.device)
+    for r, (start, p) in zip(reqs, ((0, prompts[0]), (9, prompts[1]))):
+        h.req_to_token_pool.write(r.row, 0, fb.out_cache_loc[start:start + len(p)])
+    last = model.forward(fb, h.req_to_token_pool, h.kv_pool, last_only=True)
+    assert last.shape == (2, 256) and fb.seq_lens_sum == 13
+    assert_close(last[0], dense(model, prompts[0])[-1], "request 0")
+    assert_close(last[1], dense(model, prompts[1])[-1], "request 1")
+
+
 def test_chunked_extend_equals_one_extend(model):
     h, rng = Harness(model, 4), random.Random(3)
     tokens = rand_tokens(rng, 50)

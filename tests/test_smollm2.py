@@ -212,14 +212,16 @@ def _prompts(tok) -> dict[str, list[int]]:
     }
 
 
-def _greedy(model_step, ids: list[int], max_new_tokens: int, eos: int) -> list[int]:
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        nxt = int(model_step(torch.tensor(ids + out))[-1].argmax())
-        out.append(nxt)
-        if nxt == eos:
-            break
-    return out
+def _greedy_agrees(model, prompt: list[int], continuation: list[int]) -> list[int]:
+    """Where ``model``'s greedy choice differs from ``continuation`` (one forward, teacher-forced).
+
+    Greedy decoding is deterministic given the prefix, so "argmax after prompt + continuation[:i]
+    is continuation[i] for every i" is exactly "greedy decoding from prompt yields continuation",
+    at the cost of one forward instead of one per token.
+    """
+    logits = model.forward_dense(torch.tensor(prompt + continuation))
+    chosen = logits[len(prompt) - 1 : len(prompt) + len(continuation) - 1].argmax(-1).tolist()
+    return [i for i, (a, b) in enumerate(zip(chosen, continuation)) if a != b]
 
 
 @needs_model
@@ -268,26 +270,30 @@ def test_tolerance_catches_a_small_config_error(ours, reference):
 
 @needs_model
 def test_greedy_text_identical_to_transformers(ours, reference):
+    """transformers generates greedily (its own KV cache); our model's greedy choice agrees at every step."""
     tok = ours.tokenizer
     for name in ("chat", "system"):
         ids = _prompts(tok)[name]
-        mine = _greedy(ours.forward_dense, ids, 20, tok.eos_token_id)
         with torch.no_grad():
             gen = reference.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                     max_new_tokens=20, do_sample=False, eos_token_id=tok.eos_token_id,
+                                     max_new_tokens=24, do_sample=False, eos_token_id=tok.eos_token_id,
                                      pad_token_id=tok.eos_token_id)
         theirs = gen[0, len(ids):].tolist()
-        assert mine == theirs, f"{name}: {tok.decode(mine)!r} != {tok.decode(theirs)!r}"
+        assert len(theirs) >= 8, name
+        assert _greedy_agrees(ours, ids, theirs) == [], f"{name}: ours differs from {tok.decode(theirs)!r}"
 
 
 @needs_model
 def test_chat_answers_paris(ours):
+    """Greedy SmolLM2 answers 'The capital of France is Paris.' and then stops (<|im_end|>)."""
     tok = ours.tokenizer
     ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}])
-    out = _greedy(ours.forward_dense, ids, 12, tok.eos_token_id)
-    assert out[-1] == tok.eos_token_id
-    assert tok.decode(out) == "The capital of France is Paris."
-    assert tok.decode(out, skip_special_tokens=False) == "The capital of France is Paris.<|im_end|>"
+    answer = tok.encode("The capital of France is Paris.") + [tok.eos_token_id]
+    assert _greedy_agrees(ours, ids, answer) == []
+    assert tok.decode(answer) == "The capital of France is Paris."
+    assert tok.decode(answer, skip_special_tokens=False) == "The capital of France is Paris.<|im_end|>"
+    # and a wrong answer is caught: the model does not say Lyon
+    assert _greedy_agrees(ours, ids, tok.encode("The capital of France is Lyon.") + [tok.eos_token_id]) != []
 
 
 @needs_model
@@ -311,12 +317,13 @@ def test_first_load_shows_progress_and_later_loads_print_nothing(tmp_path):
     (cache / "smollm2").mkdir(parents=True)
     (cache / "smollm2" / S.GGUF_FILE).symlink_to(S.require_model_file())
     env = {**os.environ, "RADIXLAB_CACHE": str(cache), "RADIXLAB_DEVICE": "cpu"}
-    code = ("from radixlab.model import load_model; m = load_model('smollm2-135m'); "
-            "assert m.tokenizer.decode(m.forward_dense(m.tokenizer.encode('Paris is'))[-1:].argmax(-1))")
-    cold = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    cold = subprocess.run([sys.executable, "-c", "from radixlab.model.smollm2 import load_converted; load_converted()"],
+                          capture_output=True, text=True, env=env, timeout=600)
     assert cold.returncode == 0, cold.stderr[-2000:]
     assert "SmolLM2 first load" in cold.stderr and "273/273" in cold.stderr
     assert S.converted_dir().name in os.listdir(cache / "smollm2")
+    code = ("from radixlab.model import load_model; m = load_model('smollm2-135m'); "
+            "assert m.tokenizer.decode(m.forward_dense(m.tokenizer.encode('Paris is'))[-1:].argmax(-1))")
     warm = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert warm.returncode == 0, warm.stderr[-2000:]
     assert (warm.stdout, warm.stderr) == ("", "")

@@ -148,3 +148,21 @@ def test_hash_table_picture_has_the_parent_column_of_its_text():
     assert d.dot_source.count("<td>#0</td>") == 2 and d.dot_source.count("<td>-</td>") == 1
     with pytest.raises(TypeError, match="cache must be a HashPrefixCache"):
         draw_hash_table(RadixCache())
+
+
+def test_page_table_svg_carries_the_verdict():
+    """The ✗/✓ verdict of the text form is a row of the drawing too (notebook 04)."""
+    from radixlab.viz.pages import page_table_view
+
+    bad = page_table_view([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9], 4, align=False)
+    good = page_table_view([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9], 4, align=True)
+    assert "✗ B writes token 9 into page 1 slot 3" in bad.dot_source
+    assert "✓ no slot of A is written by B" in good.dot_source
+
+
+def test_page_size_view_gives_each_path_its_own_slots():
+    """Slots are not token ids, and no slot appears in two nodes."""
+    from radixlab.viz.pages import page_size_view
+
+    view = page_size_view([([1, 2, 3, 4, 5, 6, 7, 8], "f"), ([1, 2, 3, 4, 5, 6, 10, 11], "f")], [1, 2, 3, 4, 5, 6, 7, 9], "f", 2)
+    assert "slots=[100, 101, 102, 103, 104, 105]" in view.drawing.text and "slots=[206, 207]" in view.drawing.text

@@ -222,7 +222,7 @@ def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]
         ("situation", "measured in this notebook", "choose"),
         ("one lookup, hashes kept on the request",
          f"{k}: {r.kept_probes} dict probes, 0 hashes vs {r.radix_nodes_visited} node, "
-         f"{r.hit_tokens_radix} tokens compared", "either (hash probe faster: kept/radix)"),
+         f"{r.hit_tokens_radix} tokens compared", "either: the times decide (kept/radix)"),
         ("each new request, once",
          f"{k}: {r.probe_down_hashes} hashes of the whole prompt, shared part included vs none",
          "radix tree (no hashing)"),

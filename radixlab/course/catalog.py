@@ -36,9 +36,15 @@ COURSE = [
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
            "lesson 4 + adv05 Q2"),
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 25,
+           "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
+           "KV bytes per token, exercise: the gather", "lesson 4"),
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process, the WAR hazard "
            "made deterministic, exercise: place the barrier, lesson 4 Q3, when overlap does not help", "lesson 4"),
+    Lesson("11_performance_boundaries", "Performance boundaries: what a Python radix tree costs", 20,
+           "fast vs readable matcher vs SGLang's own tree, cost vs tree size, memory per token, converting token "
+           "lists for a native tree, the tree's share of the scheduler, lesson 4's pass criteria", "lesson 4"),
 ]
 
 

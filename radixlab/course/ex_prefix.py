@@ -80,7 +80,7 @@ def drive(fn: Callable, args: dict) -> Any:
             got = "ValueError"
         if (query, paths) != before:
             return {"mutated": repr(paths)[:300], "call": [q, ns, p]}
-        answers.append(got if isinstance(got, (int, str)) and not isinstance(got, bool) else repr(got))
+        answers.append(got if isinstance(got, (int, str)) and not isinstance(got, bool) else repr(got)[:200])
     return answers
 
 
@@ -160,8 +160,8 @@ def _reference(*args: Any) -> int:
 SPEC = ExerciseSpec(
     id=EXERCISE, title=TITLE, function="longest_cached_prefix", check="check_longest_cached_prefix",
     reference=_reference, drive=drive, cases=cases, compare=compare,
-    forbidden=("reference_longest_cached_prefix", "radix_longest_cached_prefix", "answers_prefix",
-               "RadixCache", "RadixKey", "match_prefix", "page_aligned"))
+    forbidden=("radixlab.*", "reference_longest_cached_prefix", "radix_longest_cached_prefix", "answers_prefix",
+               "RadixCache", "RadixKey", "match_prefix", "page_aligned", "page_size_view"))
 SPECS = [SPEC]
 
 

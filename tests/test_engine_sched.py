@@ -1,0 +1,184 @@
+"""The engine's scheduling switches: every policy and every prefix cache gives the same greedy tokens;
+the in-batch prefix check; the LPM fallback; the hash cache inside the engine (vLLM's way)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from radixlab.engine import Engine
+from radixlab.engine.schedule_batch import Req
+from radixlab.engine.policies import LPM_FALLBACK_QUEUE_LEN
+from radixlab.hash_cache import HashBlockCache, HashedKey
+from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.model import load_model
+from radixlab.request import Request, admit, extend, release
+from radixlab.workloads import generated_shared_prefix
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    trace = generated_shared_prefix(num_groups=2, prompts_per_group=3, system_prompt_len=40, question_len=6,
+                                    output_len=3, vocab=256, ordered=True, seed=1)
+    return [list(r.prompt_ids) for r in trace]
+
+
+def run(model, prompts, **kw):
+    engine = Engine(model, max_total_tokens=kw.pop("max_total_tokens", 160), max_running_requests=kw.pop("max_running_requests", 2), **kw)
+    out = engine.generate(prompts, {"max_new_tokens": 3})
+    alloc = engine.token_to_kv_pool_allocator
+    assert alloc.size - alloc.available_size() == engine.tree_cache.total_size()  # nothing leaked
+    if hasattr(engine.tree_cache, "check_invariants"):
+        engine.tree_cache.check_invariants()
+    return engine, [o["output_ids"] for o in out], out
+
+
+CONFIGS = [dict(disable_radix_cache=True), dict(schedule_policy="fcfs"), dict(schedule_policy="lpm"),
+           dict(schedule_policy="dfs-weight"), dict(schedule_policy="lof"), dict(schedule_policy="random"),
+           dict(prefix_cache="hash"), dict(prefix_cache="hash", page_size=4, schedule_policy="lpm"),
+           dict(page_size=16, schedule_policy="dfs-weight")]
+
+
+def test_every_policy_and_prefix_cache_gives_the_same_greedy_tokens(model, prompts):
+    _, want, _ = run(model, prompts, disable_radix_cache=True)
+    for kw in CONFIGS[1:]:
+        engine, got, out = run(model, prompts, **kw)
+        assert got == want, kw
+        if kw.get("prefix_cache") == "hash":
+            assert all(o["meta_info"]["cached_tokens"] % 16 == 0 for o in out)
+            assert sum(o["meta_info"]["cached_tokens"] for o in out) > 0
+
+
+def test_unknown_policy_or_prefix_cache_is_a_value_error(model):
+    with pytest.raises(ValueError, match="schedule_policy"):
+        Engine(model, schedule_policy="sjf")
+    with pytest.raises(ValueError, match="prefix_cache"):
+        Engine(model, prefix_cache="lru")
+    with pytest.raises(ValueError, match="page_size"):
+        Engine(model, prefix_cache="hash", page_size=3)
+
+
+def test_in_batch_check_computes_a_shared_uncached_prefix_once(model):
+    shared = list(range(10, 50))  # 40 tokens, nothing cached yet
+    batch = [shared + [1, 2], shared + [3, 4], shared + [5, 6]]
+    fcfs, toks_f, out_f = run(model, batch, schedule_policy="fcfs", max_running_requests=3)
+    lpm, toks_l, out_l = run(model, batch, schedule_policy="lpm", max_running_requests=3)
+    assert toks_f == toks_l
+    assert fcfs.stats.prefill_tokens == 3 * 42  # all three in one batch: the prefix three times
+    assert lpm.stats.prefill_tokens == 42 + 2 + 2 and lpm.stats.held_back >= 2
+    assert [o["meta_info"]["cached_tokens"] for o in out_l] == [0, 40, 40]
+    lpm.scheduler.policy.in_batch_check = False
+    lpm.flush_cache()
+    lpm.stats.reset()
+    lpm.generate(batch, {"max_new_tokens": 3})
+    assert lpm.stats.prefill_tokens == 3 * 42
+
+
+def test_engine_lpm_falls_back_to_fcfs_over_128_waiting(model):
+    engine = Engine(model, max_total_tokens=512, schedule_policy="lpm")
+    engine.generate([[7] * 20 + [1]], {"max_new_tokens": 1})  # something to hit
+    policy = engine.scheduler.policy
+    for n, active in ((LPM_FALLBACK_QUEUE_LEN, "lpm"), (LPM_FALLBACK_QUEUE_LEN + 1, "fcfs")):
+        queue = [Req(rid=f"r{i}", origin_input_ids=[100 + i % 50, i % 7, 3]) for i in range(n - 1)]
+        queue.append(Req(rid="hit", origin_input_ids=[7] * 20 + [2]))
+        policy.calc_priority(queue)
+        assert policy.decision.active_policy == active
+        assert (queue[0].rid == "hit") == (active == "lpm")
+
+
+def test_hash_cache_hashes_each_block_of_a_request_once(model):
+    engine, _, _ = run(model, [list(range(1, 70))], prefix_cache="hash", max_total_tokens=256)
+    # 69 prompt + 3 output tokens: 4 full blocks, hashed once each although the request was matched
+    # at admission, cached after prefill and inserted at the end
+    assert engine.tree_cache.hash_computations == 4
+    req = Req(rid="x", origin_input_ids=list(range(40)))
+    key = req.radix_key(req.origin_input_ids)
+    assert isinstance(key, HashedKey) and key.block_hashes is req.block_hashes
+
+
+# -- HashBlockCache on its own, through notebook 05's request lifecycle -------------------------
+
+BS = 4
+
+
+def brute_force_hit(history: list[list[int]], prompt: list[int]) -> int:
+    """Whole blocks of prompt[:-1] that are a prefix of some earlier request's whole blocks."""
+    best = 0
+    usable = prompt[:-1]
+    for seq in history:
+        full = seq[: len(seq) // BS * BS]
+        k = 0
+        while (k + 1) * BS <= min(len(usable), len(full)) and usable[: (k + 1) * BS] == full[: (k + 1) * BS]:
+            k += 1
+        best = max(best, k * BS)
+    return best
+
+
+def slots_accounted(cache: HashBlockCache, alloc: TokenToKVPoolAllocator) -> None:
+    held = [int(s) for b in cache.table.values() for s in b.value]
+    assert len(held) == len(set(held)), "a slot is held by two blocks"
+    assert {s // alloc.page_size for s in held} == alloc.pages_in_use(), "slots leaked or freed while cached"
+
+
+requests = st.lists(st.tuples(st.lists(st.integers(1, 2), min_size=1, max_size=14), st.integers(0, 5)),
+                    min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests, st.sampled_from([None, "ns"]))
+def test_hash_block_cache_hits_match_brute_force_without_eviction(reqs, ns):
+    alloc = TokenToKVPoolAllocator(4096, 1)
+    cache = HashBlockCache(BS, token_to_kv_pool_allocator=alloc, req_to_token_pool=ReqToTokenPool(2, 64))
+    history: list[list[int]] = []
+    for i, (prompt, n_out) in enumerate(reqs):
+        req = Request(str(i), prompt, [9] * n_out, extra_key=ns)
+        assert admit(req, cache) == brute_force_hit(history, prompt)
+        assert extend(req, cache, len(req.all_ids) - req.seq_len)
+        release(req, cache)
+        history.append(prompt + [9] * n_out)
+        cache.check_invariants()
+        slots_accounted(cache, alloc)
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests)
+def test_hash_block_cache_under_eviction_keeps_every_slot_accounted(reqs):
+    alloc = TokenToKVPoolAllocator(24, 1)  # a small pool: requests of up to 19 tokens evict all the time
+    cache = HashBlockCache(BS, token_to_kv_pool_allocator=alloc, req_to_token_pool=ReqToTokenPool(2, 64))
+    for i, (prompt, n_out) in enumerate(reqs):
+        req = Request(str(i), prompt, [9] * n_out)
+        hit = admit(req, cache)
+        assert hit % BS == 0
+        assert extend(req, cache, len(req.all_ids) - req.seq_len)
+        release(req, cache)
+        cache.check_invariants()
+        slots_accounted(cache, alloc)
+    total = cache.total_size()
+    assert cache.evictable_size() == total and cache.evict(10**6) == total  # nothing is locked any more
+    assert alloc.available_size() == 24 and not cache.table
+
+
+def test_an_evicted_parent_re_links_its_orphan_child():
+    alloc = TokenToKVPoolAllocator(64, 1)
+    cache = HashBlockCache(BS, token_to_kv_pool_allocator=alloc, req_to_token_pool=ReqToTokenPool(2, 64))
+    seq = [1, 2, 3, 4, 5, 6, 7, 8, 0]
+    req = Request("a", seq)
+    admit(req, cache), extend(req, cache), release(req, cache)
+    head = cache.match_prefix(seq[:4]).last_node
+    del cache.free_queue[head]
+    cache.free_queue = {head: None, **cache.free_queue}  # evict block 0 first, leaving block 1 orphaned
+    assert cache.evict(4) == 4 and len(cache.table) == 1
+    assert len(cache.match_prefix(seq)) == 0  # unreachable: its parent is gone
+    req = Request("b", seq)
+    admit(req, cache), extend(req, cache), release(req, cache)
+    assert len(cache.table) == 2 and len(cache.match_prefix(seq)) == 8  # the orphan is reused
+    cache.check_invariants()
+    slots_accounted(cache, alloc)
