@@ -30,6 +30,11 @@ COURSE = [
            "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
     Lesson("05_locks_and_eviction", "Lock references, eviction and the request lifecycle", 25,
            "lock_ref, evictable vs protected, heap eviction, cache_finished_req, LRU vs Belady", "lesson 4 + adv05 Q2"),
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
+           "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
+           "bench serve", "lesson 4"),
+    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
+           "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "lesson 4"),
 ]
 
 
