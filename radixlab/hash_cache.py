@@ -17,8 +17,10 @@ Two lookups, both counting their work (``hash_computations``, ``dict_probes``) s
 
 * ``match_probe_down``: the seed's description. Hash every block of the query, then probe from the
   longest possible prefix down until a probe hits.
-* ``match_forward``: what real hash caches do. Hash block 0, probe, hash block 1, probe... stop at
-  the first miss.
+* ``match_forward``: hash block 0, probe, hash block 1, probe... stop at the first miss.
+* ``match_kept_hashes``: what vLLM actually runs. A request keeps its block hashes
+  (``RequestBlockHashes``, vLLM's ``request.block_hashes``), computed once as its blocks fill; a
+  lookup only probes the dict with them, front to back, and hashes nothing.
 """
 
 from __future__ import annotations
@@ -66,6 +68,40 @@ def _check_block_size(block_size: Any) -> None:
         raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
+
+
+class RequestBlockHashes:
+    """A request's block hashes, kept on the request and extended as its blocks fill (vLLM's
+    ``request.block_hashes``). Each full block is hashed exactly once in the request's life; every
+    lookup reuses the list (``HashPrefixCache.match_kept_hashes``). Notebook 03_hash_vs_radix.
+    """
+
+    def __init__(self, tokens: Sequence[int] = (), block_size: int = 16, extra_key: Hashable | None = None,
+                 hash_fn: Callable[[bytes], int] = _xxh64) -> None:
+        _check_block_size(block_size)
+        if extra_key is not None and not isinstance(extra_key, Hashable):
+            raise TypeError(f"extra_key must be hashable, got {type(extra_key).__name__}")
+        self.block_size, self.extra_key, self.hash_fn = block_size, extra_key, hash_fn
+        self.tokens: list[int] = []
+        self.hashes: list[int] = []
+        self.hash_computations = 0
+        self.append(tokens)
+
+    def append(self, new_tokens: Sequence[int]) -> int:
+        """Add tokens (the prompt, then each output token); hash only the blocks they complete."""
+        toks = _as_token_tuple(new_tokens, "new_tokens")
+        self.tokens.extend(toks)
+        bs, added = self.block_size, 0
+        parent = self.hashes[-1] if self.hashes else None
+        for start in range(len(self.hashes) * bs, len(self.tokens) - bs + 1, bs):
+            parent = self.hash_fn(block_hash_input(parent, self.tokens[start:start + bs], self.extra_key))
+            self.hashes.append(parent)
+            added += 1
+        self.hash_computations += added
+        return added
+
+    def __len__(self) -> int:
+        return len(self.hashes)
 
 
 @dataclass(eq=False)
@@ -228,6 +264,33 @@ class HashPrefixCache:
             blocks.append(entry)
             parent = entry
         return self._done(HashMatch(blocks, bs, hashes, probes, collisions))
+
+    def match_kept_hashes(self, block_hashes: Sequence[int], tokens: Any = None) -> HashMatch:
+        """vLLM's lookup: probe the dict with the hashes the request already keeps, stop at the first miss.
+
+        Nothing is hashed here: the hashes were computed when the request's blocks filled
+        (``RequestBlockHashes``). Like vLLM, a hit is trusted by its hash (vLLM uses SHA-256 by
+        default and compares no tokens); we also check the parent pointer, which costs nothing.
+        Pass ``tokens`` to compare each block's tokens as well (the collision guard).
+        """
+        if isinstance(block_hashes, (str, bytes)) or not isinstance(block_hashes, Sequence):
+            raise TypeError(f"block_hashes must be a sequence of ints, got {type(block_hashes).__name__}")
+        toks = None if tokens is None else self._prepare(tokens, None)[0]
+        bs, table = self.block_size, self.table
+        blocks: list[CachedBlock] = []
+        parent = None
+        probes = collisions = 0
+        for i, h in enumerate(block_hashes):
+            probes += 1
+            entry = table.get(h)
+            if entry is None:
+                break
+            if entry.parent is not parent or (toks is not None and entry.tokens != toks[i * bs:(i + 1) * bs]):
+                collisions += 1
+                break
+            blocks.append(entry)
+            parent = entry
+        return self._done(HashMatch(blocks, bs, 0, probes, collisions))
 
     def match_prefix(self, tokens: Any, extra_key: Hashable | None = None, strategy: str = "forward") -> HashMatch:
         """Longest cached prefix (in whole blocks); ``strategy`` is "forward" or "probe_down"."""

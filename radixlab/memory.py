@@ -1,4 +1,4 @@
-"""Who owns which KV slot: the request pool and the slot allocator (notebook 05_locks_and_eviction).
+"""Who owns which KV slot: the request pool and the slot allocator (notebook 05_request_lifecycle_and_locks).
 
 Mirrors ``sglang/srt/mem_cache/memory_pool.py`` and its allocators. Two tables of *indices*, no
 K/V data (the KV buffers themselves are ``MHATokenToKVPool``, taught with the model):

@@ -4,11 +4,21 @@ Mirrors ``sglang/srt/mem_cache/radix_cache.py``: a radix tree whose nodes map a 
 (``key``) to the KV-pool slot indices that hold their K/V (``value``, an int64 tensor with one
 slot per token). Children are keyed by the first token (or first page) *and* the ``extra_key``,
 so two namespaces never share a node. Notebooks: 01_radix_tree (shape), 03_hash_vs_radix,
-04_pages_and_namespaces (pages, extra_key, bigrams), 05_locks_and_eviction (locks, evict).
+04_pages_and_namespaces (pages, extra_key, bigrams), 05_request_lifecycle_and_locks (locks), 06_eviction (evict).
+
+Two matchers walk the same tree (``RadixCache(matcher=...)``): ``"readable"`` is the one the
+notebooks explain (tuples of ints, ``RadixKey.match``, a new key slice per edge); ``"fast"``, the
+default, walks the query's packed bytes with an offset: one ``memcmp`` per edge, no key slices, no
+boxed ints (notebook 11 measures both against SGLang's own tree). They give identical results and
+leave identical trees (tests/test_radix_fast.py).
 
 Choices that differ from SGLang, on purpose:
 * ``last_access_time`` is a logical clock (one tick per match/insert), not ``time.monotonic()``,
-  so eviction order and every drawing are reproducible in a notebook.
+  so eviction order and every drawing are reproducible in a notebook. Ties on it are broken the
+  way SGLang's clock orders the same events: within one tick, the nodes a walk stamped come before
+  the nodes it created, in creation order, i.e. by node id (``TreeNode.__lt__``; the policies that
+  prefer the newest negate the id too). tests/test_sglang_differential.py checks this against
+  SGLang's own RadixCache with its ``time.monotonic`` replaced by a counter.
 * node ids count from 1 per cache (``reset()`` restarts them) so graphviz ids are deterministic.
 """
 
@@ -22,7 +32,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .evict_policy import EVICTION_POLICIES, _resolve_policy  # noqa: F401  (re-exported)
-from .radix_key import RadixKey, _as_token_tuple, common_prefix_len  # noqa: F401  (re-exported)
+from .radix_key import (ITEM, RadixKey, _as_token_tuple, common_prefix_len,  # noqa: F401  (re-exported)
+                        pack_tokens, packed_prefix_len)
+
+MATCHERS = ("fast", "readable")
 
 # ---------------------------------------------------------------------------------------------
 # TreeNode and MatchResult
@@ -89,7 +102,7 @@ class RadixCache:
 
     def __init__(self, page_size: int = 1, *, token_to_kv_pool_allocator: Any = None,
                  req_to_token_pool: Any = None, eviction_policy: str | Callable = "lru",
-                 is_eagle: bool = False, device: str | torch.device = "cpu") -> None:
+                 is_eagle: bool = False, device: str | torch.device = "cpu", matcher: str = "fast") -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, Integral):
             raise TypeError(f"page_size must be an int, got {type(page_size).__name__}")
         if page_size <= 0:
@@ -101,6 +114,10 @@ class RadixCache:
         self._priority_fn = _resolve_policy(eviction_policy)
         self.is_eagle = bool(is_eagle)
         self.device = torch.device(device)
+        if matcher not in MATCHERS:
+            raise ValueError(f"matcher must be one of {MATCHERS}, got {matcher!r}")
+        self.matcher = matcher
+        self._empty_indices = torch.empty(0, dtype=torch.int64, device=self.device)
         self.reset()
 
     # -- public API ---------------------------------------------------------------------------
@@ -109,7 +126,7 @@ class RadixCache:
         """Drop every node (slots are *not* returned to an allocator: use ``evict`` for that)."""
         self._next_id = 0
         self._clock = 0
-        self.root_node = self._new_node(RadixKey(()), torch.empty(0, dtype=torch.int64), None)
+        self.root_node = self._new_node(RadixKey.from_packed(b""), torch.empty(0, dtype=torch.int64), None)
         self.root_node.lock_ref = 1  # the root is never evictable
         self.evictable_size_ = 0
         self.protected_size_ = 0
@@ -125,11 +142,14 @@ class RadixCache:
         ``last_access_time``.
         """
         key = self._prepare_key(key, "key")
-        key = key.page_aligned(self.page_size)
-        if len(key) == 0:
-            return MatchResult(self._empty(), self.root_node)
+        if self.page_size != 1:
+            key = key.page_aligned(self.page_size)
+        if len(key.packed) <= key.is_bigram * ITEM:  # no units (SGLang: no walk, no clock tick)
+            return MatchResult(self._empty_indices, self.root_node)
         values, last_node = self._match_prefix_helper(self.root_node, key)
-        return MatchResult(torch.cat(values) if values else self._empty(), last_node)
+        if len(values) > 1:
+            return MatchResult(torch.cat(values), last_node)
+        return MatchResult(values[0] if values else self._empty_indices, last_node)
 
     def insert(self, key: RadixKey | Sequence[int], value: torch.Tensor | Sequence[int] | None = None,
                priority: int = 0) -> int:
@@ -197,7 +217,7 @@ class RadixCache:
         return heap
 
     def _evict_from_heap(self, heap: list, num_tokens: int) -> int:
-        """The loop of ``evict`` (exercise 05.1): pop, free, delete, push a parent that became a leaf."""
+        """The loop of ``evict`` (exercise 06.1): pop, free, delete, push a parent that became a leaf."""
         evicted = 0
         while evicted < num_tokens and heap:
             # 2. Pop the leaf the policy likes least.
@@ -212,6 +232,23 @@ class RadixCache:
             if parent is not self.root_node and not parent.children and parent.lock_ref == 0:
                 heapq.heappush(heap, (self._priority_fn(parent), parent))
         return evicted
+
+    def index_memory(self) -> tuple[int, int]:
+        """(bytes the tree's slot indices need, bytes their storages hold), over live nodes.
+
+        Equal when every node owns exactly its own indices; more held than needed means some node's
+        index tensor is a view keeping a bigger, partly evicted storage alive (notebook 02).
+        """
+        need, held, seen = 0, 0, set()
+        for node in self.nodes():
+            if node.value is None:
+                continue
+            need += node.value.numel() * node.value.element_size()
+            storage = node.value.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                held += storage.nbytes()
+        return need, held
 
     def evictable_size(self) -> int:
         """Cached tokens no live request holds a lock on."""
@@ -280,7 +317,7 @@ class RadixCache:
     # -- helpers ------------------------------------------------------------------------------
 
     def _empty(self) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=self.device)
+        return self._empty_indices  # one shared empty tensor, as SGLang's _empty_match_result
 
     def _new_node(self, key: RadixKey, value: torch.Tensor | None, parent: TreeNode | None,
                   priority: int = 0) -> TreeNode:
@@ -293,8 +330,8 @@ class RadixCache:
         return self._clock
 
     def _prepare_key(self, key: RadixKey | Sequence[int], name: str) -> RadixKey:
-        if not isinstance(key, RadixKey):
-            key = RadixKey(_as_token_tuple(key, name))
+        if not isinstance(key, RadixKey):  # a plain token list: packed (and validated) once, here
+            key = RadixKey.from_packed(pack_tokens(key, name))
         if self.is_eagle and not key.is_bigram:
             key = key.to_bigram()
         return key
@@ -311,28 +348,35 @@ class RadixCache:
             raise ValueError(f"{name} (id={node.id}) has been evicted: its slots are gone")
 
     def _prepare_value(self, key: RadixKey, value: Any) -> torch.Tensor:
-        if value is None:  # simulation fallback: slot i := token id i
-            return torch.tensor([u if isinstance(u, int) else u[0] for u in key.units], dtype=torch.int64,
-                                device=self.device)
+        if value is None:  # simulation fallback: slot i := token id i (the first token of a bigram)
+            return _int64_tensor(key.packed[: len(key) * ITEM]).to(self.device)
         if not isinstance(value, torch.Tensor):
-            value = torch.tensor(_as_token_tuple(value, "value"), dtype=torch.int64)
-        if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+            value = _int64_tensor(pack_tokens(value, "value"))
+        dtype = value.dtype
+        if dtype is not torch.int64 and (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool) \
+                or value.dim() != 1:
             raise TypeError(f"value must be a 1-D integer tensor of slot indices, got {value.dtype} "
                             f"with shape {tuple(value.shape)}")
-        allowed = {len(key), len(key.token_ids)} if key.is_bigram else {len(key)}
-        if len(value) not in allowed:
-            raise ValueError(f"value must hold one slot index per token: len(value)={len(value)} "
-                             f"but len(key)={len(key)}")
-        return value.to(device=self.device, dtype=torch.int64)[: len(key)]  # indices live with the KV pool
+        n, n_raw, n_value = len(key), len(key.packed) >> 3, value.shape[0]
+        if n_value != n and n_value != n_raw:  # n_raw != n only for bigram keys
+            raise ValueError(f"value must hold one slot index per token: len(value)={n_value} "
+                             f"but len(key)={n}")
+        if dtype is not torch.int64 or value.device != self.device:
+            value = value.to(device=self.device, dtype=torch.int64)  # indices live with the KV pool
+        return value if n_value == n else value[:n]
 
     def _insert(self, key: Any, value: Any, priority: int = 0) -> tuple[int, TreeNode]:
         key = self._prepare_key(key, "key")
         value = self._prepare_value(key, value)  # validate everything before touching the tree
-        key = key.page_aligned(self.page_size)
-        value = value[: len(key)]
+        if self.page_size != 1:
+            key = key.page_aligned(self.page_size)
+            value = value[: len(key)]
         return self._insert_helper(self.root_node, key, value, priority)
 
     def _match_prefix_helper(self, node: TreeNode, key: RadixKey) -> tuple[list[torch.Tensor], TreeNode]:
+        if self.matcher == "fast":
+            return self._match_prefix_fast(node, key)
+        # The readable walk (notebook 01): tuples of ints, one compare and one key slice per edge.
         now = self._tick()
         node.last_access_time = now
         values: list[torch.Tensor] = []
@@ -356,20 +400,21 @@ class RadixCache:
         """Split ``child``'s edge after ``split_len`` units; returns the new parent node.
 
         ``new_node`` takes the first ``split_len`` units and the slot indices that go with them,
-        ``child`` keeps the rest. Only index tensors are sliced (views): no KV data moves.
+        ``child`` keeps the rest. No KV data moves; the two halves of the *index* tensor are cloned,
+        as SGLang does since PR #17191: a slice would be a view that keeps the whole original index
+        storage alive after the other half is evicted (notebook 02 measures it).
         """
         if not 0 < split_len < len(child.key):
             raise ValueError(f"split_len must be inside the edge (0 < split_len < {len(child.key)}), got {split_len}")
         parent = child.parent
         # 1. The new node covers the shared head of the edge and inherits the child's lock.
-        new_node = self._new_node(child.key[:split_len], child.value[:split_len], parent, child.priority)
+        new_node = self._new_node(child.key[:split_len], child.value[:split_len].clone(), parent, child.priority)
         new_node.lock_ref = child.lock_ref
         new_node.hit_count = child.hit_count
         new_node.last_access_time = child.last_access_time
-        new_node.creation_time = child.creation_time
         # 2. The child keeps the tail, and hangs below the new node under its new first page.
         child.key = child.key[split_len:]
-        child.value = child.value[split_len:]
+        child.value = child.value[split_len:].clone()
         child.parent = new_node
         new_node.children[child.key.child_key(self.page_size)] = child
         # 3. The parent's entry (same first page as before) now points at the new node.
@@ -378,6 +423,8 @@ class RadixCache:
 
     def _insert_helper(self, node: TreeNode, key: RadixKey, value: torch.Tensor,
                        priority: int = 0) -> tuple[int, TreeNode]:
+        if self.matcher == "fast":
+            return self._insert_fast(node, key, value, priority)
         now = self._tick()
         node.last_access_time = now
         total_prefix_length = 0
@@ -403,6 +450,74 @@ class RadixCache:
             self._update_leaf_status(leaf)
             node = leaf
         return total_prefix_length, node
+
+    # -- the fast matcher: the same walks over the query's packed bytes ------------------------
+    # ``pos`` is a byte offset into ``key.packed`` (8 bytes a token). An edge matches whole when
+    # ``packed.startswith(edge, pos)``: one memcmp, no slicing of the query. In the bigram view an
+    # edge of u units holds u+1 raw tokens and the next edge starts one token before its end.
+
+    def _match_prefix_fast(self, node: TreeNode, key: RadixKey) -> tuple[list[torch.Tensor], TreeNode]:
+        now = self._tick()
+        node.last_access_time = now
+        packed, ns, page = key.packed, key.extra_key, self.page_size
+        overlap = ITEM if key.is_bigram else 0
+        width, end = page * ITEM + overlap, len(packed) - overlap
+        values: list[torch.Tensor] = []
+        pos = 0
+        while pos < end:
+            first = packed[pos:pos + width]  # the next unit (or page): which child edge to follow
+            child = node.children.get(first if ns is None else (ns, first))
+            if child is None:
+                break
+            child.last_access_time = now
+            edge = child.key.packed
+            if packed.startswith(edge, pos):  # the whole edge matches: take its slots, go down
+                values.append(child.value)
+                node = child
+                pos += len(edge) - overlap
+                continue
+            units = packed_prefix_len(edge, packed, pos) - (1 if overlap else 0)
+            new_node = self._split_node(child.key, child, units // page * page)
+            values.append(new_node.value)
+            return values, new_node
+        return values, node
+
+    def _insert_fast(self, node: TreeNode, key: RadixKey, value: torch.Tensor,
+                     priority: int = 0) -> tuple[int, TreeNode]:
+        now = self._tick()
+        node.last_access_time = now
+        packed, ns, page = key.packed, key.extra_key, self.page_size
+        overlap = ITEM if key.is_bigram else 0
+        width, end = page * ITEM + overlap, len(packed) - overlap
+        pos = 0
+        while pos < end:
+            first = packed[pos:pos + width]
+            child = node.children.get(first if ns is None else (ns, first))
+            if child is None:
+                break
+            child.last_access_time = now
+            edge = child.key.packed
+            if packed.startswith(edge, pos):
+                pos += len(edge) - overlap
+            else:  # diverged inside the edge: split so the shared part is its own node
+                units = (packed_prefix_len(edge, packed, pos) - (1 if overlap else 0)) // page * page
+                child = self._split_node(child.key, child, units)
+                pos += units * ITEM
+            child.hit_count += 1
+            if priority > child.priority:
+                child.priority = priority
+            node = child
+        prefix_len = pos >> 3
+        if pos < end:  # the rest is new: one leaf with a private copy of its slot indices
+            leaf = self._new_node(RadixKey.from_packed(packed[pos:], ns, key.is_bigram),
+                                  value.narrow_copy(0, prefix_len, (end - pos) >> 3), node, priority)
+            leaf.hit_count = 1
+            node.children[first if ns is None else (ns, first)] = leaf
+            self.evictable_size_ += (end - pos) >> 3
+            self._update_leaf_status(node)
+            self._update_leaf_status(leaf)
+            node = leaf
+        return prefix_len, node
 
     def _delete_leaf(self, node: TreeNode) -> None:
         del node.parent.children[node.key.child_key(self.page_size)]
@@ -436,7 +551,7 @@ class RadixCache:
         if isinstance(kv_len, bool) or not isinstance(kv_len, Integral) or not req.cache_protected_len <= kv_len <= req.seq_len:
             raise ValueError(f"kv_len_to_handle must be in {req.cache_protected_len} .. {req.seq_len}, got {kv_len!r}")
         kv_indices = row[:kv_len]
-        key = RadixKey(req.all_ids[:kv_len], req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        key = self._request_key(req, kv_len)
         key_len = len(key)
         # 1. Insert: the tree takes the pages it lacked; prefix_len says how many it already had.
         if is_insert:
@@ -467,7 +582,7 @@ class RadixCache:
         """
         allocator, row = self._lifecycle_args(req)
         kv_indices = row[: req.seq_len]
-        key = RadixKey(req.fill_ids, req.extra_key, is_bigram=self.is_eagle).page_aligned(self.page_size)
+        key = self._request_key(req, len(req.fill_ids))
         # 1. Insert what is computed so far (whole pages only).
         new_prefix_len, _ = self._insert(key, kv_indices[: len(key)].clone(), req.priority)
         # 2. Free our duplicates of tokens the tree already had.
@@ -487,6 +602,14 @@ class RadixCache:
         # 6. The next chunk reuses all of it: the tree's slots, then our unaligned tail.
         req.prefix_indices = torch.cat([new_indices, row[len(new_indices): req.seq_len]])
 
+    def _request_key(self, req: Any, n: int) -> RadixKey:
+        """The page-aligned key of the request's first ``n`` tokens, from its packed ids (no list conversion)."""
+        if hasattr(req, "packed_ids"):
+            key = RadixKey.from_packed(req.packed_ids(n), req.extra_key, self.is_eagle)
+        else:
+            key = RadixKey(req.all_ids[:n], req.extra_key, is_bigram=self.is_eagle)
+        return key.page_aligned(self.page_size)
+
     def _lifecycle_args(self, req: Any) -> tuple[Any, torch.Tensor]:
         """Validate a request before ``cache_*_req`` changes anything; returns (allocator, row)."""
         if self.token_to_kv_pool_allocator is None or self.req_to_token_pool is None:
@@ -502,6 +625,13 @@ class RadixCache:
             if req.last_node is not self.root_node and req.last_node.lock_ref <= 0:
                 raise ValueError(f"req.last_node (id={req.last_node.id}) is not locked")
         return self.token_to_kv_pool_allocator, self.req_to_token_pool.req_to_token[req.req_pool_idx]
+
+
+def _int64_tensor(packed: bytes) -> torch.Tensor:
+    """A CPU int64 tensor holding packed int64 bytes (a private copy)."""
+    if not packed:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.frombuffer(bytearray(packed), dtype=torch.int64)
 
 
 def describe_node(node: TreeNode, max_tokens: int = 8) -> str:

@@ -1,4 +1,4 @@
-"""A request and the scheduler's side of the KV-ownership contract (notebook 05_locks_and_eviction).
+"""A request and the scheduler's side of the KV-ownership contract (notebook 05_request_lifecycle_and_locks).
 
 ``Request`` carries SGLang's field names (``origin_input_ids``, ``output_ids``, ``fill_ids``,
 ``extra_key``, ``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``).
@@ -23,6 +23,7 @@ from typing import Any, Callable, Hashable, Sequence
 import torch
 
 from .radix_cache import MatchResult, RadixCache, RadixKey, TreeNode, _as_token_tuple
+from .radix_key import ITEM, pack_tokens, unpack_tokens
 
 
 @dataclass(eq=False)
@@ -41,9 +42,14 @@ class Request:
     last_node: TreeNode | None = None  # the node this request holds a lock on
     cache_protected_len: int = 0  # leading row entries that are the tree's slots (not this request's)
     finished: bool = False
+    # origin_input_ids packed as int64 bytes, once (the cache's key form: notebook 11)
+    _origin_packed: bytes = field(default=b"", repr=False)
 
     def __post_init__(self) -> None:
-        self.origin_input_ids = list(_as_token_tuple(self.origin_input_ids, "origin_input_ids"))
+        packed = pack_tokens(self.origin_input_ids, "origin_input_ids")  # validates every id, once
+        if type(self.origin_input_ids) is not list:
+            self.origin_input_ids = list(unpack_tokens(packed))
+        self._origin_packed = packed
         self.output_ids = list(_as_token_tuple(self.output_ids, "output_ids"))
         if not self.origin_input_ids:
             raise ValueError("origin_input_ids must be non-empty")
@@ -59,6 +65,20 @@ class Request:
 
     def radix_key(self, tokens: Sequence[int] | None = None) -> RadixKey:
         return RadixKey(self.all_ids if tokens is None else tokens, self.extra_key)
+
+    def packed_ids(self, n: int) -> bytes:
+        """The first ``n`` tokens of ``origin_input_ids + output_ids`` as packed int64 bytes.
+
+        The prompt was packed once, at creation; output ids are packed only when a key reaches
+        them (``cache_finished_req``). So the request path converts each token list once.
+        """
+        packed = self._origin_packed
+        if len(packed) != len(self.origin_input_ids) * ITEM:  # origin_input_ids was replaced: repack
+            packed = self._origin_packed = pack_tokens(self.origin_input_ids, "origin_input_ids")
+        n_origin = len(self.origin_input_ids)
+        if n <= n_origin:
+            return packed[: n * ITEM]
+        return packed + pack_tokens(self.output_ids[: n - n_origin], "output_ids")
 
     def __repr__(self) -> str:
         node = None if self.last_node is None else self.last_node.id
@@ -87,7 +107,7 @@ def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], Non
     if req_to_token_pool.available_size() == 0:
         req_to_token_pool.alloc()  # raises the pool's "full" error
     # 1. Longest cached, page-aligned prefix. Keep one token to compute: its logits are the output.
-    result = cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
+    result = cache.match_prefix(RadixKey.from_packed(req.packed_ids(len(req.origin_input_ids) - 1), req.extra_key))
     if on_match is not None:
         on_match(result)
     # 2. Lock it: from now on evict() cannot take these slots away from us.

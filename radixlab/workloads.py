@@ -1,4 +1,4 @@
-"""Synthetic request traces with the sharing patterns prefix caching lives on (notebook 05).
+"""Synthetic request traces with the sharing patterns prefix caching lives on (notebook 06_eviction).
 
 Each generator returns a list of ``TraceRequest`` (prompt token ids, output token ids, namespace),
 in arrival order, built from a seeded ``random.Random``: the same arguments always give the same
@@ -298,3 +298,82 @@ def as_text(trace: Sequence[TraceRequest]) -> list[tuple[str, str]]:
     real tokenizer (``Engine.generate`` on text) sees a shared text prefix too.
     """
     return [(" ".join(map(token_word, r.prompt_ids)), " ".join(map(token_word, r.output_ids))) for r in trace]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference tree workload (notebook 11, ``python -m radixlab bench tree``)
+# ---------------------------------------------------------------------------------------------
+
+
+class ReferenceTreeWorkload:
+    """``num_prompts`` system prompts of ``system_len`` tokens, each followed by ``turns`` distinct
+    turns of ``turn_len`` tokens: the workload ``../shared/tools/sglang_tree_compare.py`` and
+    ``bench tree`` time both caches on (defaults: 100 x 50 = 5,000 requests of 1,200 tokens,
+    5,100 nodes, 1.1 M tokens).
+
+    First tokens are distinct among system prompts and among the turns of one prompt, so the tree
+    is exactly ``num_prompts`` internal nodes + ``num_prompts * turns`` leaves. Every token list
+    is made of its own int objects (``array('q').tolist()``), as a tokenizer would hand them over,
+    so no compare can take CPython's identity shortcut on shared ints.
+    """
+
+    def __init__(self, num_prompts: int = 100, turns: int = 50, system_len: int = 1000, turn_len: int = 200,
+                 vocab: int = 32_000, seed: int = 0) -> None:
+        for name, v in (("num_prompts", num_prompts), ("turns", turns), ("system_len", system_len),
+                        ("turn_len", turn_len)):
+            _check(name, v)
+        _check("vocab", vocab, 2)
+        if num_prompts > vocab - 1 or turns > vocab - 1:
+            raise ValueError(f"num_prompts and turns must be < vocab ({vocab}) so first tokens can differ")
+        self.turns, self.system_len, self.turn_len, self.vocab = turns, system_len, turn_len, vocab
+        self.rng = random.Random(seed)
+        self._root_firsts: set[int] = set()
+        self.system = [self._run(system_len, self._root_firsts) for _ in range(num_prompts)]
+        self._turn_firsts: list[set[int]] = [set() for _ in range(num_prompts)]
+
+    def _run(self, n: int, avoid_first: set[int]) -> list[int]:
+        r = self.rng.randrange
+        first = r(self.vocab)
+        while first in avoid_first:
+            first = r(self.vocab)
+        avoid_first.add(first)
+        return [first] + [r(self.vocab) for _ in range(n - 1)]
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.system)
+
+    def new_turn(self, p: int, reserve: bool = True) -> list[int]:
+        """A turn for prompt ``p`` whose first token no cached turn of ``p`` starts with."""
+        turn = self._run(self.turn_len, self._turn_firsts[p])
+        if not reserve:  # a query that will not be inserted: don't use up its first token
+            self._turn_firsts[p].discard(turn[0])
+        return turn
+
+    def requests(self) -> list[list[int]]:
+        """Every request of the workload (turn-major, round-robin over prompts), fresh ints each."""
+        return [fresh(self.system[p] + self.new_turn(p)) for _ in range(self.turns) for p in range(self.num_prompts)]
+
+    def system_hit(self) -> list[int]:
+        """A cached system prompt + an unseen turn: the match ends at the system prompt's node."""
+        p = self.rng.randrange(self.num_prompts)
+        return fresh(self.system[p] + self.new_turn(p, reserve=False))
+
+    def new_request(self) -> list[int]:
+        """A request to insert: a cached system prompt + a new turn (reserved)."""
+        p = self.rng.randrange(self.num_prompts)
+        return fresh(self.system[p] + self.new_turn(p))
+
+    def miss(self) -> list[int]:
+        """A request sharing nothing with the tree (its first token starts no root edge)."""
+        first = self.rng.randrange(self.vocab)
+        while first in self._root_firsts:
+            first = self.rng.randrange(self.vocab)
+        return [first] + [self.rng.randrange(self.vocab) for _ in range(self.system_len + self.turn_len - 1)]
+
+
+def fresh(tokens: Sequence[int]) -> list[int]:
+    """The same token ids as new int objects (as separately tokenized requests have)."""
+    from array import array
+
+    return array("q", tokens).tolist()

@@ -15,21 +15,24 @@ def test_tiny_run_prints_counts_times_and_ratios(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("lookup: one cached prompt of L tokens")
-    assert "probe-down: hashes" in lines[1] and "radix: nodes" in lines[1]
-    # counts: request = prompt + 64 tokens → (L + 64) / 16 blocks hashed by probe-down
-    assert re.match(r"\s+256\s+256\s+256 \|\s+20\s+5 \|\s+17\s+17 \|\s+1$", lines[2])
-    assert re.match(r"\s+512\s+512\s+512 \|\s+36\s+5 \|\s+33\s+33 \|\s+1$", lines[3])
-    ratio_rows = [l for l in lines if re.match(r"\s+(256|512) \|", l)]
+    assert "probe-down: hashes" in lines[1] and "kept: hashes" in lines[1] and "radix: nodes" in lines[1]
+    # counts: request = prompt + 64 tokens → (L + 64) / 16 blocks hashed by probe-down (and once, kept);
+    # the kept-hash probe hashes nothing and probes like the forward walk
+    assert re.match(r"\s+256\s+256\s+256 \|\s+20\s+5 \|\s+17\s+17 \|\s+0\s+17 \|\s+20 \|\s+1$", lines[2])
+    assert re.match(r"\s+512\s+512\s+512 \|\s+36\s+5 \|\s+33\s+33 \|\s+0\s+33 \|\s+36 \|\s+1$", lines[3])
+    ratio_rows = [l for l in lines if re.match(r"\s+(256|512) \|", l) and "×" in l]
     assert len(ratio_rows) == 2
     for row in ratio_rows:
-        assert re.search(r"\d+\.\d\s+\d+\.\d\s+\d+\.\d \|\s+\d+\.\d×\s+\d+\.\d×$", row), row
-    assert re.search(r"radix match of a 512-token cached prefix: \d+\.\d× faster than the probe-down", out)
+        assert re.search(r"(\d+\.\d\s+){3}\d+\.\d \|\s+(\d+\.\d\d×\s+){3}\|\s+\d+\.\d$", row), row
+    assert "512-token cached prefix, lookup time / radix match_prefix time:" in out
+    assert re.search(r"forward probe with hashes kept on the request\s+: \d+\.\d\d×  \(vLLM's lookup\)", out)
 
 
 def test_counts_are_deterministic_without_timing():
     rows = lookup.run([128, 256], repeats=0)
     assert [r.probe_down_hashes for r in rows] == [12, 20]
     assert [r.forward_probes for r in rows] == [9, 17]
+    assert [r.kept_probes for r in rows] == [9, 17]
     assert all(r.hit_tokens_hash == r.hit_tokens_radix == r.prefix_len for r in rows)
     assert lookup.format_counts(rows) == lookup.format_counts(lookup.run([128, 256], repeats=0))
 
@@ -52,7 +55,20 @@ def test_decision_table_quotes_this_runs_counts():
     hit_rows = {s: lookup.hit_tokens(lookup.branching_prompts(n_branches=8, shared=s)) for s in (8, 100)}
     table = lookup.decision_table(rows, hit_rows)
     lines = table.splitlines()
-    assert len(lines) == 5 and lines[0].startswith("situation")
-    assert f"1k prefix: {rows[0].probe_down_hashes} hashes" in table
-    assert f"2k prefix: {rows[-1].probe_down_hashes} hashes (probe-down)" in table
+    assert len(lines) == 7 and lines[0].startswith("situation")
+    long_ = rows[-1]
+    assert f"2k: {long_.kept_probes} dict probes, 0 hashes vs 1 node, 2048 tokens compared" in table
+    assert f"2k: {long_.probe_down_hashes} hashes of the whole prompt" in table
+    assert f"2k: {long_.probe_down_hashes} hashes per lookup (probe-down), {long_.forward_hashes} (forward)" in table
     assert f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens" in table
+    assert f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hit tokens" in table
+
+
+def test_break_even_is_where_hashing_once_pays_back():
+    row = lookup.run([256], repeats=0)[0]
+    row.hash_once_s, row.kept_s, row.radix_s = 30e-6, 1e-6, 4e-6
+    assert row.break_even_lookups == pytest.approx(10.0)
+    text = lookup.format_per_request([row])
+    assert "break-even lookups" in text and text.splitlines()[1].rstrip().endswith("10.0")
+    row.kept_s = 5e-6  # the probe is not faster: keeping hashes never pays back
+    assert row.break_even_lookups == float("inf")

@@ -169,3 +169,32 @@ def test_eos_stops_generation():
         assert out["output_ids"] == first
     finally:
         model.config.eos_token_id = None
+
+
+@pytest.mark.parametrize("page_size, chunk", [(1, None), (4, 8), (16, None)])
+def test_step_by_step_every_page_has_one_owner(tiny, page_size, chunk):
+    """Driving the loop by hand: after every step each allocated page belongs to the tree or to
+    exactly one live request (its own pages past ``cache_protected_len``), never to two."""
+    from engine_helpers import shared_prefix_prompts
+
+    e = Engine(tiny, page_size=page_size, max_total_tokens=256, chunked_prefill_size=chunk)
+    reqs = e.add_requests(shared_prefix_prompts(3, n=8), {"max_new_tokens": 5})
+    alloc, tree = e.token_to_kv_pool_allocator, e.tree_cache
+    steps = 0
+    while e.step() is not None:
+        steps += 1
+        tree.check_invariants()
+        owners = {int(s) // page_size for n in tree.nodes() for s in n.value.tolist()}
+        for r in reqs:
+            if r.req_pool_idx is None:
+                continue
+            row = e.req_to_token_pool.req_to_token[r.req_pool_idx, :r.seq_len].tolist()
+            assert row[:r.cache_protected_len] == r.prefix_indices[:r.cache_protected_len].tolist()
+            own = {s // page_size for s in row[r.cache_protected_len:]}
+            assert not own & owners, f"step {steps}: a page is owned twice"
+            owners |= own
+        assert alloc.pages_in_use() == owners, f"step {steps}: allocated pages without an owner"
+    assert all(r.is_done() for r in reqs) and steps > 5
+    assert [e.result(r)["output_ids"] for r in reqs] == [
+        o["output_ids"] for o in Engine(tiny).generate([r.origin_input_ids for r in reqs], {"max_new_tokens": 5})]
+    assert_no_leak(e)

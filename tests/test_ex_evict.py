@@ -1,4 +1,4 @@
-"""Exercise 05.1 (the eviction loop): the solution passes, a blank and plausible wrong answers fail."""
+"""Exercise 06.1 (the eviction loop): the solution passes, a blank and plausible wrong answers fail."""
 
 import heapq
 from pathlib import Path
@@ -13,7 +13,8 @@ from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forge
                                       reference_evict_loop)
 
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_locks_and_eviction.ipynb"
+NOTEBOOK = next(p for p in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+                if "def evict_loop" in p.read_text())
 
 
 def blank(cache, heap, num_tokens):
@@ -40,7 +41,7 @@ def evicts_everything(cache, heap, num_tokens):
 
 
 def notebook_solution():
-    """The instructor's ``evict_loop`` from notebook 05, markers stripped."""
+    """The instructor's ``evict_loop`` from notebook 06, markers stripped."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     src = next(c.source for c in nb.cells if c.cell_type == "code" and "def evict_loop" in c.source)
     scope = {"heapq": heapq}
@@ -56,8 +57,8 @@ def test_handing_in_radixlab_own_loop_or_calling_evict_fails():
 
 def test_reference_passes_and_matches_radix_cache_evict():
     result = check_evict_loop(notebook_solution())
-    assert result.passed and result.score == result.max_score == 11
-    assert repr(result).startswith("✅ Exercise 05.1 (the eviction loop)")
+    assert result.passed and result.score == result.max_score == 3
+    assert repr(result).startswith("✅ Exercise 06.1 (the eviction loop)")
     for build in (chain, locked_parent, figure_4_1):
         for n in (0, 1, 3, 6, 100):
             a, b = build(), build()
@@ -68,13 +69,13 @@ def test_reference_passes_and_matches_radix_cache_evict():
 def test_blank_is_not_done_yet():
     result = check_evict_loop(blank)
     assert not result.passed and result.not_done and result.score == 0
-    assert repr(result).startswith("⏳ Exercise 05.1") and "not done yet" in repr(result)
+    assert repr(result).startswith("⏳ Exercise 06.1") and "not done yet" in repr(result)
 
 
 def test_forgetting_the_parent_push_fails_and_says_so():
     result = check_evict_loop(forgets_parent_loop)
     assert not result.passed and not result.not_done
-    assert repr(result).startswith("❌ Exercise 05.1") and "push it onto the heap" in repr(result)
+    assert repr(result).startswith("❌ Exercise 06.1") and "push its parent onto the heap" in repr(result)
 
 
 def test_evicting_a_locked_parent_fails_and_says_so():
@@ -92,3 +93,25 @@ def test_other_wrong_answers_fail(wrong):
 def test_check_rejects_a_non_function():
     with pytest.raises(TypeError, match="evict_loop"):
         check_evict_loop(42)
+
+
+def test_under_eviction_message_says_what_the_evidence_shows():
+    """Only a stranded parent earns the "push it" hint; a loop that stops early is told so."""
+    assert "lost its children and became an unlocked leaf" in repr(check_evict_loop(forgets_parent_loop))
+
+    def stops_after_one(cache, heap, num_tokens):
+        evicted = 0
+        if heap and num_tokens > 0:
+            _, node = heapq.heappop(heap)
+            cache.token_to_kv_pool_allocator.free(node.value)
+            evicted += len(node.key)
+            cache._delete_leaf(node)
+        return evicted
+
+    text = repr(check_evict_loop(stops_after_one))
+    assert "stopped before the heap was empty" in text
+
+
+def test_exercise_id_follows_the_notebook():
+    from radixlab.course.ex_evict import SPEC
+    assert SPEC.id == "06.1" and SPEC.lesson == "06"

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.course import check
+from radixlab.course import spec as check
+from radixlab.course.answers_prefix import reference_longest_cached_prefix
 from radixlab.course.edition import blank_solutions, strip_markers
-from radixlab.course.ex_prefix import (check_longest_cached_prefix, radix_longest_cached_prefix,
-                                       reference_longest_cached_prefix)
+from radixlab.course.ex_prefix import check_longest_cached_prefix, radix_longest_cached_prefix
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "04_pages_and_namespaces.ipynb"
 
@@ -54,9 +54,9 @@ def no_validation(q, ns, paths, p):
 def test_reference_passes_with_full_score():
     result = check_longest_cached_prefix(lambda *args: reference_longest_cached_prefix(*args), record=False)
     assert result.passed, repr(result)
-    assert (result.score, result.max_score) == (4, 4)
+    assert (result.score, result.max_score) == (3, 3)
     assert repr(result).startswith("✅ Exercise 04.1 (longest_cached_prefix): passed.")
-    assert "All 9 checks passed (5 of them hidden" in repr(result)
+    assert "All 10 checks passed (6 of them hidden" in repr(result)
 
 
 def test_radix_answer_also_passes():
@@ -94,17 +94,79 @@ def test_plausible_wrong_answers_fail(name, fn):
     result = check_longest_cached_prefix(fn, record=False)
     assert not result.passed and not result.not_done, name
     assert repr(result).startswith("❌ Exercise 04.1"), name
-    assert result.score < 4
+    assert result.score < 3
 
 
 def test_main_path_alone_scores_two():
     # Right on the lesson's cases, wrong everywhere else: main path points only.
     def only_seed_cases(q, ns, paths, p):
         table = {((1, 2, 3, 4, 5, 8), "base", 4): 4, ((1, 2, 3, 4, 6, 7), "adapter-A", 2): 6,
-                 ((1, 2, 3, 4), "adapter-B", 2): 0, ((1, 2, 3), "base", 2): 2}
+                 ((1, 2, 3, 4), "adapter-B", 2): 0, ((1, 2, 3, 4), "base", 2): 4, ((1, 2, 3), "base", 2): 2}
         return table.get((tuple(q), ns, p), 99)
     result = check_longest_cached_prefix(only_seed_cases, record=False)
     assert result.score == 2
+
+
+def _first_match(q, ns, paths, p):
+    if p <= 0:
+        raise ValueError("page_size must be positive")
+    for tokens, n in paths:
+        if n == ns:
+            return _with_aligned(lambda c, p: c // p * p)(q, ns, [(tokens, n)], p)
+    return 0
+
+
+def _last_match(q, ns, paths, p):
+    if p <= 0:
+        raise ValueError("page_size must be positive")
+    best = 0
+    for tokens, n in paths:
+        if n == ns:
+            best = _with_aligned(lambda c, p: c // p * p)(q, ns, [(tokens, n)], p)
+    return best
+
+
+def _count_equal(q, ns, paths, p):
+    if p <= 0:
+        raise ValueError("page_size must be positive")
+    return max([sum(a == b for a, b in zip(q, t)) // p * p for t, n in paths if n == ns], default=0)
+
+
+def _mutates(q, ns, paths, p):
+    paths.sort(key=lambda tn: -len(tn[0]))  # "optimises" by sorting the caller's cache
+    return reference_longest_cached_prefix(q, ns, paths, p)
+
+
+@pytest.mark.parametrize("fn", [_first_match, _last_match, _count_equal], ids=lambda f: f.__name__)
+def test_several_paths_per_namespace_catch_scan_mistakes(fn):
+    result = check_longest_cached_prefix(fn, record=False)
+    failed = [o.name for o in result.outcomes if not o.passed]
+    assert "several paths per namespace: the longest shared prefix wins wherever it stands" in failed
+    assert result.part_score("boundary") < 1
+
+
+def test_a_lookup_table_from_the_check_messages_fails_in_the_grader():
+    """The grader draws the hidden cases' tokens from its own seed: answers copied from messages miss."""
+    from radixlab.course import ex_prefix
+    seen = {}
+    for case in ex_prefix.cases(0):
+        for q, ns, paths, p in case.args["calls"]:
+            seen[(tuple(q), ns, p)] = ex_prefix.drive(lambda *a: reference_longest_cached_prefix(*a),
+                                                      {"calls": [[q, ns, paths, p]]})[0]
+
+    def table(q, ns, paths, p):
+        return seen.get((tuple(q), ns, p), 0)
+
+    assert check_longest_cached_prefix(table, record=False).passed  # the check cell's own cases: fooled
+    graded = ex_prefix.SPEC
+    cases = graded.cases(12345)
+    fails = [c.name for c in cases if ex_prefix.drive(table, c.args) != ex_prefix.drive(graded.reference, c.args)]
+    assert any("several paths" in n for n in fails) and any("random caches" in n for n in fails)
+
+
+def test_mutating_the_cached_paths_is_reported():
+    text = repr(check_longest_cached_prefix(_mutates, record=False))
+    assert "changed its arguments" in text and "must not modify the cache" in text
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,3 +205,4 @@ def test_notebook_exercise_both_editions():
     assert check_longest_cached_prefix(solved["longest_cached_prefix"], record=False).passed
     exec(blank_solutions(src), student)
     assert check_longest_cached_prefix(student["longest_cached_prefix"], record=False).not_done
+    assert "# aligned = ______" in blank_solutions(src)  # the student edition shows the variable, as the seed does

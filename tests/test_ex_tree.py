@@ -3,6 +3,7 @@
 import pytest
 
 from radixlab.course.ex_tree import check_split, wrong_order_split
+from radixlab.course import ex_tree
 from radixlab.tree import RadixNode, RadixTree
 
 
@@ -37,7 +38,7 @@ def keeps_value_on_prefix(node, idx):
 
 def test_reference_passes():
     result = check_split(reference)
-    assert result.passed and result.score == result.max_score == 7
+    assert result.passed and result.score == result.max_score == 3
     assert repr(result).startswith("✅ Exercise 02.1 (the copy-on-write split)")
 
 
@@ -66,3 +67,49 @@ def test_check_rejects_non_function():
 def test_handing_in_radixlab_own_split_fails():
     result = check_split(RadixTree._split)
     assert result.score == 0 and "write your own" in repr(result)
+
+
+def keys_child_by_wrong_token(node, idx):
+    suffix = RadixNode(node.key[idx:], node.value, node.children, ref=node.ref)
+    node.key, node.value, node.children = node.key[:idx], None, {node.key[idx - 1]: suffix}
+    return suffix
+
+
+def test_a_tree_that_prints_the_same_is_told_apart_by_its_child_keys():
+    """The seed's text form hides child keys; the message shows them and where the trees differ."""
+    text = repr(check_split(keys_child_by_wrong_token))
+    assert "children keyed" in text and "└─ [" in text
+
+
+def test_a_hanging_case_is_named_and_does_not_hang_the_check_cell():
+    def hangs_at_idx_1(node, idx):
+        while idx == 1:
+            pass
+        return reference(node, idx)
+
+    import time
+    t0 = time.perf_counter()
+    result = ex_tree.check_exercise(ex_tree.SPEC, hangs_at_idx_1, time_limit=0.5, record=False)
+    assert time.perf_counter() - t0 < 10
+    timed = [o.name for o in result.outcomes if o.outcome == "timeout"]
+    assert "split at idx=1 of a long edge" in timed and "timed out after 0.5 s" in repr(result)
+    assert 0 < result.score < 3
+
+
+def test_not_implemented_in_one_branch_is_partial_credit():
+    def half(node, idx):
+        if node.children:
+            raise NotImplementedError()
+        return reference(node, idx)
+
+    result = check_split(half, record=False)
+    assert not result.not_done and 0 < result.score < 3
+    assert "not implemented" in repr(result)
+
+
+def test_grader_cases_are_drawn_from_the_seed_and_stay_valid():
+    for seed in (0, 1, 99):
+        cases = ex_tree.cases(seed)
+        wants = [ex_tree.drive(ex_tree.reference_split, c.args) for c in cases]
+        assert all(w for w in wants)
+    assert ex_tree.cases(1) != ex_tree.cases(2) and ex_tree.cases(0) == ex_tree.cases(0)

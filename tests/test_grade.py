@@ -1,8 +1,10 @@
-"""The grader (``python -m radixlab grade``) on a small two-exercise lesson built here.
+"""The grader (``python -m radixlab grade``) against students who make mistakes and students who cheat.
 
-Each scenario is one submission: the instructor edition (full marks), the blank student edition,
-a wrong answer, an infinite loop, a raising cell and a submission whose check cell was deleted.
-All are graded in one grader call (one fresh kernel each) to keep the suite quick.
+Every submission is built from the course's own instructor notebooks: the solution, the blank
+student edition, wrong answers, and every trick that fooled the old grader (forged results, a fake
+check module, patched check helpers, a patched reference) plus the variants we could think of. All
+are graded in one grader call; each trick must score 0 on a blank or wrong answer, and a correct
+answer keeps its marks whatever else the notebook does.
 """
 
 from __future__ import annotations
@@ -15,229 +17,305 @@ import pytest
 
 from radixlab.course import grade
 from radixlab.course.edition import student_notebook
-from radixlab.course.execute import execute_notebook
 
-CHECKS = '''from radixlab.course.check import Case, run_check, expect_equal, expect_raises
-
-def check_double(fn):
-    cases = [Case("double(2) == 4", lambda: expect_equal(fn(2), 4, "double(2)")),
-             Case("double(-3) == -6", lambda: expect_equal(fn(-3), -6, "double(-3)")),
-             Case("double('x') raises TypeError", lambda: expect_raises(TypeError, lambda: fn("x"), "double('x')"), hidden=True)]
-    return run_check("99.1", "double", cases)
-
-def check_aligned(fn):
-    cases = [Case("aligned(7, 4) == 4", lambda: expect_equal(fn(7, 4), 4, "aligned(7, 4)")),
-             Case("aligned(3, 4) == 0", lambda: expect_equal(fn(3, 4), 0, "aligned(3, 4)"), hidden=True)]
-    return run_check("99.2", "aligned", cases)'''
-
-DOUBLE = '''def double(x):
-    ### BEGIN SOLUTION
-    if not isinstance(x, (int, float)):
-        raise TypeError(f"x must be a number, got {type(x).__name__}")
-    return 2 * x
-    ### END SOLUTION'''
-
-ALIGNED = '''def aligned(n, page_size):
-    ### BEGIN SOLUTION
-    return n // page_size * page_size
-    ### END SOLUTION'''
-
-Q1 = "**Q1** Why must a page be full before it can be shared?"
-REF1 = "Because the next decode step appends KV into the same page and would overwrite it."
-Q2 = "**Q2** What does `extra_key` protect?"
-REF2 = "The namespace: LoRA id, image hash, tenant."
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
 
 
-def lesson_notebook() -> nbformat.NotebookNode:
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    cells = [md("# 99 · Grader test lesson\n\nLearning goals: none."), code(CHECKS),
-             md("## Exercise 99.1"), code(DOUBLE), code("check_double(double)"),
-             md(Q1), md(REF1), md("## Exercise 99.2"), code(ALIGNED), code("check_aligned(aligned)"),
-             md(Q2), md(REF2), code("print('the end')")]
-    for c in cells:
-        if c.source in (REF1, REF2):
-            c.metadata["tags"] = ["solution"]
-    nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+def lesson_with(function: str) -> Path:
+    """The instructor notebook whose exercise defines ``function`` (robust to renumbering)."""
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        if any(f"def {function}(" in c.source for c in nbformat.read(path, as_version=4).cells):
+            return path
+    raise LookupError(function)
+
+
+SPLIT, PREFIX, EVICT = lesson_with("split"), lesson_with("longest_cached_prefix"), lesson_with("evict_loop")
+
+
+def at(nb, text: str) -> int:
+    """Index of the first code cell containing ``text``."""
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and text in c.source)
+
+
+def solved(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def blank(path: Path):
+    return student_notebook(nbformat.read(path, as_version=4))
+
+
+def with_cell(nb, after: str, source: str):
+    """``nb`` with a new code cell inserted after the first cell containing ``after``."""
+    nb.cells.insert(at(nb, after) + 1, nbformat.v4.new_code_cell(source))
     return nb
+
+
+def with_answer(nb, function: str, source: str):
+    nb.cells[at(nb, f"def {function}(")].source = source
+    return nb
+
+
+FAKE_RESULT = '''from radixlab.course import check, spec
+fake = {"exercise": "02.1", "title": "the copy-on-write split", "passed": True, "not_done": False,
+        "score": 3, "max_score": 3, "cases": []}
+check.RESULTS.append(type("R", (), {"to_dict": lambda self: fake})())
+spec.RESULTS.append(type("R", (), {"to_dict": lambda self: fake})())
+print("✅ Exercise 02.1 (the copy-on-write split): passed.\\n   All 6 checks passed. Score 3/3.")'''
+
+FAKE_MODULE = '''import sys, types
+fake = types.ModuleType("radixlab.course.ex_tree")
+fake.check_split = lambda fn: print("✅ Exercise 02.1 (the copy-on-write split): passed. Score 3/3")
+sys.modules["radixlab.course.ex_tree"] = fake
+sys.modules["radixlab.course.check"] = fake
+sys.modules["radixlab.course.spec"] = fake'''
+
+PATCH_HELPERS = '''from radixlab.course import check, spec
+check.expect_equal = lambda *a, **k: None
+check.CaseOutcome = spec.CaseOutcome = lambda *a, **k: type("O", (), {"passed": True, "earned": 1, "points": 1})()
+spec.judge = lambda *a, **k: (True, "")
+spec.CheckResult.passed = property(lambda self: True)'''
+
+PATCH_REFERENCE_SPLIT = "RadixTree._split = lambda self, node, idx: split(node, idx)"
+PATCH_REFERENCE_EVICT = ("from radixlab.radix_cache import RadixCache\n"
+                         "RadixCache._evict_from_heap = lambda self, heap, n: evict_loop(self, heap, n)")
+
+SPLIT_HEAD = "def split(node: RadixNode, idx: int) -> RadixNode:\n"
+GOOD_SPLIT_BODY = '''    split_tok = node.key[idx]
+    suffix_child = RadixNode(node.key[idx:], node.value)
+    suffix_child.children = node.children
+    suffix_child.ref = node.ref
+    node.key = node.key[:idx]
+    node.value = None
+    node.children = {split_tok: suffix_child}
+    return suffix_child
+'''
+LOOPS_ON_IDX_1 = SPLIT_HEAD + "    while idx == 1:\n        pass\n" + GOOD_SPLIT_BODY
+NIE_WITH_CHILDREN = SPLIT_HEAD + "    if node.children:\n        raise NotImplementedError()\n" + GOOD_SPLIT_BODY
+
+
+def submissions() -> dict[str, tuple]:
+    """name -> (notebook or raw text, expected lesson file)."""
+    s: dict[str, object] = {}
+    s["good"] = solved(SPLIT)
+    s["blank"] = blank(SPLIT)
+    s["wrong"] = with_answer(solved(SPLIT), "split", SPLIT_HEAD + GOOD_SPLIT_BODY.replace("suffix_child.ref = node.ref", "suffix_child.ref = 1"))
+    # -- tricks on a blank answer: none of them may earn a point
+    s["fake_results"] = with_cell(blank(SPLIT), "check_split(", FAKE_RESULT)
+    s["fake_check_module"] = with_cell(blank(SPLIT), "def split(", FAKE_MODULE)
+    s["patched_check_helpers"] = with_cell(blank(SPLIT), "def split(", PATCH_HELPERS)
+    s["patched_reference_split"] = with_cell(blank(SPLIT), "def split(", PATCH_REFERENCE_SPLIT)
+    s["fake_verdict_printed"] = with_answer(blank(SPLIT), "split", SPLIT_HEAD +
+        "    print('✅ Exercise 02.1 (the copy-on-write split): passed. Score 3/3')\n    raise NotImplementedError()\n")
+    s["exits_early"] = with_cell(blank(SPLIT), "from radixlab import", "import os\nos._exit(0)")
+    s["exit_in_answer"] = with_answer(blank(SPLIT), "split", SPLIT_HEAD + "    exit(0)\n")
+    s["patched_builtins"] = with_answer(blank(SPLIT), "split", SPLIT_HEAD +
+        "    __builtins__['isinstance'] = lambda *a: True\n    raise NotImplementedError()\n")
+    s["writes_grader_files"] = with_cell(blank(SPLIT), "def split(",
+        f"import pathlib\nfor p in pathlib.Path({str(NOTEBOOKS)!r}).glob('*.ipynb'):\n    p.with_suffix('.hacked').write_text('x')")
+    # -- "write your own": shortcuts through radixlab's answer
+    s["wraps_split_through_class"] = with_answer(solved(SPLIT), "split", SPLIT_HEAD + "    return RadixTree._split(RadixTree(), node, idx)\n")
+    s["wraps_split_via_helper_cell"] = with_cell(with_answer(solved(SPLIT), "split", SPLIT_HEAD + "    return _cut(None, node, idx)\n"),
+                                                 "from radixlab import", "_cut = RadixTree._split")
+    s["wraps_split_via_getattr"] = with_answer(solved(SPLIT), "split", SPLIT_HEAD +
+        "    return getattr(RadixTree, '_sp' + 'lit')(None, node, idx)\n")
+    # -- partial credit and time limits
+    s["loops_on_one_case"] = with_answer(solved(SPLIT), "split", LOOPS_ON_IDX_1)
+    s["nie_in_one_branch"] = with_answer(solved(SPLIT), "split", NIE_WITH_CHILDREN)
+    deleted = solved(SPLIT)
+    del deleted.cells[at(deleted, "check_split(")]
+    s["check_cell_deleted"] = deleted
+    s["well_meaning_patch"] = with_cell(solved(SPLIT), "def split(", PATCH_REFERENCE_SPLIT)
+    s["patch_then_exit"] = with_cell(with_cell(solved(SPLIT), "def split(", PATCH_HELPERS), "check_split(", "import os\nos._exit(1)")
+    # -- 06.1 and 04.1
+    s["evict_blank_patched_reference"] = with_cell(blank(EVICT), "def evict_loop(", PATCH_REFERENCE_EVICT)
+    s["evict_through_class"] = with_answer(solved(EVICT), "evict_loop",
+        "def evict_loop(cache, heap, num_tokens):\n    return type(cache)._evict_from_heap(cache, heap, num_tokens)\n")
+    s["evict_parent_rule_helper"] = with_answer(solved(EVICT), "evict_loop",
+        "from radixlab.course.ex_evict import loop_with_parent_rule\n"
+        "def evict_loop(cache, heap, num_tokens):\n"
+        "    return loop_with_parent_rule(lambda p: not p.children and p.lock_ref == 0)(cache, heap, num_tokens)\n")
+    s["prefix_good"] = solved(PREFIX)
+    s["prefix_blank"] = blank(PREFIX)
+    s["prefix_wraps_reference"] = with_answer(solved(PREFIX), "longest_cached_prefix",
+        "def longest_cached_prefix(query_tokens, query_namespace, cached_paths, page_size):\n"
+        "    from radixlab.course.answers_prefix import reference_longest_cached_prefix as mine\n"
+        "    return mine(query_tokens, query_namespace, cached_paths, page_size)\n")
+    s["prefix_first_match"] = with_answer(solved(PREFIX), "longest_cached_prefix",
+        "def longest_cached_prefix(query_tokens, query_namespace, cached_paths, page_size):\n"
+        "    if page_size <= 0:\n        raise ValueError('page_size must be positive')\n"
+        "    for cached_tokens, ns in cached_paths:\n        if ns == query_namespace:\n"
+        "            common = 0\n            for a, b in zip(query_tokens, cached_tokens):\n"
+        "                if a != b:\n                    break\n                common += 1\n"
+        "            return common // page_size * page_size\n    return 0\n")
+    wrong_lesson = nbformat.read(lesson_with("split"), as_version=4)
+    s[PREFIX.name] = wrong_lesson  # lesson 02's notebook handed in under 04's file name
+    return s
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Write the lesson (stored executed, like notebooks/) and six submissions; grade them all at once."""
     root = tmp_path_factory.mktemp("grade")
-    instructor = root / "notebooks"
-    instructor.mkdir()
-    path = instructor / "99_grader_lesson.ipynb"
-    nbformat.write(lesson_notebook(), path)
-    nbformat.write(execute_notebook(path), path)
-
-    student = student_notebook(nbformat.read(path, as_version=4))
     subs = root / "subs"
     subs.mkdir()
-
-    def write(name, nb):
-        nbformat.write(nb, subs / f"{name}.ipynb")
-        return subs / f"{name}.ipynb"
-
-    good = nbformat.read(path, as_version=4)
-    write("good", good)
-    write("blank", student)
-    wrong = nbformat.read(path, as_version=4)
-    wrong.cells[3].source = "def double(x):\n    return 2 * x if isinstance(x, int) and x > 0 else x\n"  # fails -3 and the hidden case
-    wrong.cells[6] = nbformat.v4.new_markdown_cell("**Your answer:** the page is shared by the decode step.")
-    write("wrong", wrong)
-    loop = nbformat.read(path, as_version=4)
-    loop.cells[3].source = DOUBLE + "\n\nwhile True:\n    pass\n"
-    write("loop", loop)
-    raising = nbformat.read(path, as_version=4)
-    raising.cells[8].source = "def aligned(n, page_size):\n    return n // page_size * page_size\n1 / 0\n"
-    raising.cells[3].source = "raise RuntimeError('oops in my cell')"
-    write("raising", raising)
-    deleted = nbformat.read(path, as_version=4)
-    del deleted.cells[9]  # the check_aligned cell
-    del deleted.cells[5:7]  # Q1 and its answer
-    write("deleted", deleted)
-    dies = nbformat.read(path, as_version=4)
-    dies.cells.insert(5, nbformat.v4.new_code_cell("import os\nos._exit(3)"))
-    write("dies", dies)
-    (subs / "broken.ipynb").write_text("{ not json", encoding="utf-8")
-
+    paths = {}
+    for name, nb in submissions().items():
+        paths[name] = subs / (name if name.endswith(".ipynb") else f"{name}.ipynb")
+        nbformat.write(nb, paths[name])
+    paths["broken"] = subs / "broken.ipynb"
+    paths["broken"].write_text("{ not json", encoding="utf-8")
+    paths["missing"] = subs / "missing.ipynb"
+    paths["stranger"] = subs / "stranger.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# something else")]), paths["stranger"])
     out = root / "grades.json"
-    names = ["good", "blank", "wrong", "loop", "raising", "deleted", "dies", "broken"]
-    rc = grade.main([str(subs / f"{n}.ipynb") for n in names]
-                    + ["--notebooks", str(instructor), "--lesson", "99", "--timeout", "20", "--json", str(out)])
+    rc = grade.main([str(p) for p in paths.values()]
+                    + ["--notebooks", str(NOTEBOOKS), "--case-timeout", "3", "--seed", "7", "--json", str(out)])
     assert rc == 0
     reports = json.loads(out.read_text())["reports"]
-    return dict(zip(names, reports))
+    return {name: rep for name, rep in zip(paths, reports)}
 
 
-def rows(report):
-    return {r["exercise"]: r for r in report["exercises"]}
+def row(report, exercise=None):
+    rows = report["exercises"]
+    return rows[0] if exercise is None else next(r for r in rows if r["exercise"] == exercise)
 
 
-def test_lesson_is_read_from_the_instructor_edition(graded):
-    rep = graded["good"]
-    assert [r["exercise"] for r in rep["exercises"]] == ["99.1", "99.2"]
-    assert [q["label"] for q in rep["questions"]] == ["Q1", "Q2"]
-    assert rep["auto_max"] == 6 and rep["manual_max"] == 2 + 4 and rep["total_max"] == 12
-    assert rep["pass_mark"] == pytest.approx(9.6)
+def test_the_solution_gets_full_marks_on_fresh_hidden_cases(graded):
+    r = row(graded["good"])
+    assert (r["exercise"], r["status"], r["points"], r["max_points"]) == ("02.1", "passed", 3, 3)
+    assert (r["main_path"], r["boundary"]) == (2, 1) and graded["good"]["grader_seed"] == 7
+    assert any(c["hidden"] for c in r["cases"]) and all(c["outcome"] == "answer" for c in r["cases"])
+    assert row(graded["prefix_good"])["points"] == 3
 
 
-def test_instructor_edition_gets_full_automatic_marks(graded):
-    rep = graded["good"]
-    assert rep["auto_points"] == 6
-    r = rows(rep)["99.1"]
-    assert r["status"] == "passed" and r["main_path"] == 2 and r["boundary"] == 1
-    assert r["check_score"] == r["check_max_score"] == 3
-    assert any(c["hidden"] for c in r["cases"]), "hidden cases must reach the grader"
-    assert rep["execution"]["errors"] == [] and rep["execution"]["stopped"] == ""
-    assert rep["questions"][0]["answer"] == REF1  # the reference answer stands where a student's would
-
-
-def test_blank_student_edition_scores_zero_not_done(graded):
-    rep = graded["blank"]
-    assert rep["auto_points"] == 0
-    for r in rep["exercises"]:
-        assert r["status"] == "not done" and "not done yet" in r["reason"]
-    assert [q["status"] for q in rep["questions"]] == ["blank", "blank"]
+def test_blank_scores_zero_not_done(graded):
+    for name in ("blank", "prefix_blank"):
+        r = row(graded[name])
+        assert r["status"] == "not done" and r["points"] == 0, (name, r)
 
 
 def test_wrong_answer_loses_the_failing_cases(graded):
-    rep = graded["wrong"]
-    r = rows(rep)["99.1"]
-    assert r["status"] == "failed"
-    assert r["main_path"] == 1 and r["boundary"] == 0  # one of two seed asserts, no hidden case
-    assert "double(-3)" in r["reason"] and "hidden" in r["reason"]
-    assert rows(rep)["99.2"]["points"] == 3
-    assert rep["questions"][0]["status"] == "answered"
-    assert rep["questions"][0]["answer"] == "**Your answer:** the page is shared by the decode step."
+    r = row(graded["wrong"])
+    assert r["status"] == "failed" and r["points"] < 3
+    assert "ref is 1, expected 2" in r["reason"]
 
 
-def test_infinite_loop_is_interrupted_and_the_rest_still_graded(graded):
-    rep = graded["loop"]
-    errors = rep["execution"]["errors"]
-    assert errors[0]["cell"] == 3 and errors[0]["ename"] == "Timeout"
-    assert rows(rep)["99.1"]["points"] == 3  # `double` was defined before the loop started
-    assert rows(rep)["99.2"]["points"] == 3
+@pytest.mark.parametrize("name", ["fake_results", "fake_check_module", "patched_check_helpers",
+                                  "patched_reference_split", "fake_verdict_printed", "exits_early",
+                                  "evict_blank_patched_reference"])
+def test_tricks_on_a_blank_answer_score_zero(graded, name):
+    r = row(graded[name])
+    assert r["points"] == 0 and r["status"] in ("not done", "rejected", "failed"), r
 
 
-def test_raising_cells_give_clear_rows(graded):
-    rep = graded["raising"]
-    enames = {e["cell"]: e["ename"] for e in rep["execution"]["errors"]}
-    assert enames == {3: "RuntimeError", 4: "NameError", 8: "ZeroDivisionError"}
-    r = rows(rep)["99.1"]
-    assert r["status"] == "error" and r["points"] == 0 and "NameError" in r["reason"]
-    assert rows(rep)["99.2"]["points"] == 3  # the function was defined before the error
+@pytest.mark.parametrize("name", ["exit_in_answer", "patched_builtins"])
+def test_tricks_inside_the_answer_score_zero(graded, name):
+    r = row(graded[name])
+    assert r["points"] == 0, r
 
 
-def test_deleted_check_cell_and_question_are_marked_missing(graded):
-    rep = graded["deleted"]
-    r = rows(rep)["99.2"]
-    assert r["status"] == "missing" and r["points"] == 0 and "check_aligned" in r["reason"]
-    assert rows(rep)["99.1"]["points"] == 3
-    assert rep["questions"][0]["status"] == "missing"
+def test_patching_builtins_inside_the_answer_is_rejected(graded):
+    r = row(graded["patched_builtins"])
+    assert r["status"] == "rejected" and "__builtins__" in r["reason"]
 
 
-def test_a_kernel_that_dies_stops_the_run_with_a_reason(graded):
-    rep = graded["dies"]
-    assert "kernel died" in rep["execution"]["stopped"]
-    assert rows(rep)["99.1"]["points"] == 3  # scored before the kernel died
-    r = rows(rep)["99.2"]
-    assert r["status"] == "not run" and "kernel died" in r["reason"]
+def test_cells_outside_the_answer_never_run(graded):
+    assert not list(NOTEBOOKS.glob("*.hacked")), "a submission's cell wrote into the instructor folder"
+    assert row(graded["writes_grader_files"])["points"] == 0
 
 
-def test_unreadable_submission_is_a_row_not_a_crash(graded):
-    rep = graded["broken"]
-    assert rep["status"] == "unreadable" and rep["auto_points"] == 0
-    assert "not a readable notebook" in rep["execution"]["stopped"]
-    assert {r["status"] for r in rep["exercises"]} == {"unreadable"}
+@pytest.mark.parametrize("name, evidence", [
+    ("wraps_split_through_class", "._split"), ("wraps_split_via_helper_cell", "._split"),
+    ("wraps_split_via_getattr", "getattr"), ("evict_through_class", "._evict_from_heap"),
+    ("evict_parent_rule_helper", "radixlab.course"), ("prefix_wraps_reference", "radixlab.course"),
+])
+def test_write_your_own_is_enforced_by_the_grader(graded, name, evidence):
+    r = row(graded[name])
+    assert r["status"] == "rejected" and r["points"] == 0, r
+    assert evidence in r["reason"] and "write your own" in r["reason"]
 
 
-def test_table_names_every_item(graded, capsys):
-    text = grade.format_report(graded["deleted"])
-    assert "Exercise 99.2 aligned" in text and "check cell missing" in text
-    assert "mapping to source objects" in text and "Q2" in text and "(question cell missing)" in text
-    assert "pass at 9.6" in text
-    assert "Q1 Why must a page be full" in text
+def test_a_correct_answer_keeps_its_marks_whatever_else_the_notebook_does(graded):
+    for name in ("well_meaning_patch", "patch_then_exit"):
+        r = row(graded[name])
+        assert r["status"] == "passed" and r["points"] == 3, (name, r)
+
+
+def test_a_hanging_case_is_named_and_the_others_score(graded):
+    r = row(graded["loops_on_one_case"])
+    timed = [c for c in r["cases"] if c["outcome"] == "timeout"]
+    assert [c["name"] for c in timed] == ["split at idx=1 of a long edge",  # both split an edge at idx=1
+                                          "three-way fork and a prefix that ends on a boundary"]
+    assert "'split at idx=1 of a long edge': timed out after 3 s" in r["reason"]
+    assert r["main_path"] == 2 and 2 < r["points"] < 3
+
+
+def test_not_implemented_in_one_branch_gets_partial_credit(graded):
+    r = row(graded["nie_in_one_branch"])
+    assert r["status"] == "failed" and 0 < r["points"] < 3
+    assert any(c["outcome"] == "not_done" for c in r["cases"]) and any(c["passed"] for c in r["cases"])
+
+
+def test_a_deleted_check_cell_is_still_graded(graded):
+    r = row(graded["check_cell_deleted"])
+    assert r["points"] == 3 and any("check cell missing" in n for n in r["notes"])
+
+
+def test_first_match_in_the_namespace_loses_boundary_points(graded):
+    r = row(graded["prefix_first_match"])
+    assert r["status"] == "failed" and r["boundary"] < 1
+    assert any("several paths" in c["name"] and not c["passed"] for c in r["cases"])
+
+
+def test_every_bad_file_gets_its_own_row(graded):
+    assert graded["broken"]["status"] == "unreadable" and "not a readable notebook" in graded["broken"]["execution"]["stopped"]
+    assert graded["missing"]["status"] == "not graded" and "submission not found" in graded["missing"]["execution"]["stopped"]
+    assert graded["stranger"]["status"] == "not graded" and "pass --lesson" in graded["stranger"]["execution"]["stopped"]
     table = grade.summary(list(graded.values()))
-    assert len(table.splitlines()) == 1 + len(graded) and "not a readable notebook" in table
+    assert len(table.splitlines()) == 1 + len(graded)
+
+
+def test_another_lesson_under_this_name_is_reported(graded):
+    rep = graded[PREFIX.name]
+    assert rep["status"] == "wrong lesson" and SPLIT.stem in rep["warnings"][0]
+    assert row(rep)["status"] == "missing"
+
+
+def test_json_document_keeps_its_fields(graded):
+    rep = graded["good"]
+    for key in ("submission", "lesson", "title", "status", "rubric", "execution", "exercises", "questions",
+                "auto_points", "auto_max", "manual_max", "total_max", "pass_mark"):
+        assert key in rep
+    for key in ("exercise", "title", "check", "points", "max_points", "manual_points_max", "main_path",
+                "boundary", "status", "reason", "check_score", "check_max_score", "cases"):
+        assert key in row(rep)
+    for key in ("name", "passed", "points", "earned", "hidden", "message", "part"):
+        assert key in row(rep)["cases"][0]
+    assert set(rep["execution"]) >= {"seconds", "cells_run", "errors", "stopped"}
+
+
+def test_report_text_names_every_item(graded):
+    text = grade.format_report(graded["loops_on_one_case"])
+    assert "Exercise 02.1 the copy-on-write split" in text and "split at idx=1 of a long edge" in text
+    assert "mapping to source objects" in text and "pass at" in text
 
 
 def test_misuse_exits_2_with_a_message(tmp_path, capsys):
-    assert grade.main([str(tmp_path / "nope.ipynb"), "--notebooks", str(tmp_path)]) == 2
+    assert grade.main([str(tmp_path / "x.ipynb"), "--notebooks", str(tmp_path)]) == 2
     assert "no notebooks" in capsys.readouterr().err
-    nb_dir = tmp_path / "nb"
-    nb_dir.mkdir()
-    nbformat.write(lesson_notebook(), nb_dir / "99_x.ipynb")  # not executed: no stored verdicts
-    assert grade.main([str(nb_dir / "99_x.ipynb"), "--notebooks", str(nb_dir)]) == 2
-    assert "execute the instructor notebook" in capsys.readouterr().err
-
-
-def test_unknown_submission_path(tmp_path, capsys):
-    nb_dir = tmp_path / "nb"
-    nb_dir.mkdir()
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t")]), nb_dir / "00_t.ipynb")
-    assert grade.main([str(tmp_path / "missing.ipynb"), "--notebooks", str(nb_dir)]) == 2
-    assert "submission not found" in capsys.readouterr().err
-    other = tmp_path / "alice.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# other")]), other)
-    assert grade.main([str(other), "--notebooks", str(nb_dir)]) == 2
-    assert "pass --lesson" in capsys.readouterr().err
+    assert grade.main([str(tmp_path / "x.ipynb"), "--notebooks", str(NOTEBOOKS), "--lesson", "77"]) == 2
+    assert "matches none" in capsys.readouterr().err
 
 
 def test_every_course_notebook_is_gradable():
-    """The grader reads each instructor notebook in notebooks/: exercises from stored verdicts, questions."""
-    folder = Path(__file__).resolve().parents[1] / "notebooks"
-    paths = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
-    if not paths:
-        pytest.skip("no notebooks yet")
-    for path in paths:
+    """Each instructor notebook's check cells map to exercise specs, and its questions are found."""
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         lesson = grade.load_lesson(path)
-        assert lesson.problem == "", lesson.problem
         nb = nbformat.read(path, as_version=4)
-        calls = [c for c in nb.cells if c.cell_type == "code" and grade.CHECK_CALL.search(c.source)]
-        assert len(lesson.exercises) == len(calls), f"{path.name}: a check cell without a stored verdict"
+        calls = {m for c in nb.cells if c.cell_type == "code" for m in grade.CHECK_CALL.findall(c.source)}
+        assert {e.check for e in lesson.exercises} >= calls
+        assert all(e.spec is not None for e in lesson.exercises), f"{path.name}: a check without a spec"
         solutions = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
         assert len(lesson.questions) == len(solutions)
         assert all(q.prompt for q in lesson.questions), f"{path.name}: a reference answer without a question before it"
@@ -247,36 +325,112 @@ def test_every_course_notebook_is_gradable():
 def test_ci_workflow_for_course_repositories():
     """The ready-made workflow parses, runs strict nbval on notebooks/ and builds and grades the student edition."""
     yaml = pytest.importorskip("yaml")
-    path = Path(__file__).resolve().parents[1] / ".github" / "workflows" / "notebooks.yml"
+    path = ROOT / ".github" / "workflows" / "notebooks.yml"
     flow = yaml.safe_load(path.read_text())
     runs = "\n".join(step.get("run", "") for job in flow["jobs"].values() for step in job["steps"])
     assert "--nbval " in runs and "--nbval-lax" not in runs and "tests/nbval_sanitize.cfg" in runs
     assert "radixlab student notebooks -o build/student" in runs
     assert "radixlab grade build/student/" in runs
+    assert "metadata" in runs and "widgets" in runs  # notebook-level widget state is checked too
     assert "make test-browser" in runs and "playwright install" not in runs
 
 
-def test_a_loop_that_swallows_interrupts_is_abandoned():
-    """Ctrl-C caught in a loop: the kernel cannot be interrupted, so the grader gives up on it cleanly."""
-    stuck = "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in ("print(1)", stuck, "print(2)")])
-    ex = grade.execute(nb, cell_timeout=3, total_timeout=120)
-    assert ex.errors == [{"cell": 1, "ename": "Timeout", "evalue": "ran past 3 s; interrupted"}]
-    assert "KeyboardInterrupt" in ex.stopped and ex.cells_run == 2
+# -- the "write your own" review, fast (no process started) ------------------------------------------
+
+def _review(exercise: str, cells: list[str]) -> list[str]:
+    from radixlab.course.exercises import all_specs
+    from radixlab.course.extract import course_statements, extract, review
+
+    spec = all_specs()[exercise]
+    nb = nbformat.read(lesson_with(spec.function), as_version=4)
+    base = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    ex = extract(base + [(100 + k, src) for k, src in enumerate(cells)], spec.function,
+                 course_statements([s for _, s in base]))
+    assert not ex.problem, ex.problem
+    return review(ex, spec.forbidden)
 
 
-def test_scoring_follows_each_case_rubric_part():
-    """Main from the seed's cases, boundary from hidden edge cases; a mapping case is evidence only."""
-    from radixlab.course.ex_prefix import check_longest_cached_prefix, reference_longest_cached_prefix
-    from radixlab.course.grade import DEFAULT_RUBRIC, Exercise, _score_exercise
-    from radixlab.course.runner import Execution
+@pytest.mark.parametrize("exercise, cells, evidence", [
+    ("02.1", ["import radixlab.tree as m\nM = m\ndef split(node, idx):\n    M.RadixTree.insert = None\n    raise NotImplementedError()"], "changes M.RadixTree.insert"),
+    ("02.1", ["import radixlab\ndef split(node, idx):\n    t = radixlab.tree.RadixTree\n    return t._split(None, node, idx)"], "._split"),
+    ("02.1", ["import radixlab\ndef split(node, idx):\n    return radixlab.course.ex_tree.reference_split(node, idx)"], ".course"),
+    ("02.1", ["from operator import attrgetter\ndef split(node, idx):\n    return attrgetter('_sp' + 'lit')(1)"], "attrgetter"),
+    ("02.1", ["%%time\ndef split(node, idx):\n    return RadixTree._split(None, node, idx)"], "._split"),
+    ("02.1", ["def split(node, idx):\n    return __builtins__['__import__']('radixlab.course.ex_tree')"], "__builtins__"),
+    ("02.1", ["import pathlib\ndef split(node, idx):\n    pathlib.Path('x').write_text('y')\n    raise NotImplementedError()"], "pathlib"),
+    ("02.1", ["def split(node, idx):\n    exec('import radixlab')\n    raise NotImplementedError()"], "exec()"),
+    ("02.1", ["def split(node, idx):\n    return vars(RadixNode)\n"], "vars()"),
+    ("04.1", ["from radixlab.hash_cache import HashCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return HashCache(p)"], "without radixlab"),
+    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return page_size_view(paths, q, ns, p).reusable"], "page_size_view"),
+    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match_prefix(q))"], "RadixCache"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    return type(cache).evict(cache, num_tokens)"], ".evict"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
+    ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
+              "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
+], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
+def test_review_rejects_shortcuts(exercise, cells, evidence):
+    findings = _review(exercise, cells)
+    assert any(evidence in f for f in findings), findings
 
-    def wrong_on_random_caches(q, ns, paths, p):  # right on every fixed case, wrong once paths get long
-        return reference_longest_cached_prefix(q, ns, paths, p) if len(paths) <= 2 else 0
 
-    result = check_longest_cached_prefix(wrong_on_random_caches, record=False)
-    ex = Execution(results=[result.to_dict()])
-    row = _score_exercise(Exercise("04.1", "longest_cached_prefix", "check_longest_cached_prefix"), ex,
-                          nbformat.v4.new_notebook(), DEFAULT_RUBRIC)
-    assert (row["main_path"], row["boundary"]) == (2.0, 1.0)
-    assert row["mapping_evidence"] == "failed" and row["status"] == "failed"
+@pytest.mark.parametrize("exercise, cells", [
+    ("04.1", ["import operator, itertools\ndef longest_cached_prefix(q, ns, paths, p):\n    if p <= 0:\n        raise ValueError('p')\n"
+              "    best = 0\n    for t, n in sorted(paths, key=operator.itemgetter(1)):\n        if n == ns:\n"
+              "            c = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(q, t)))\n"
+              "            best = max(best, c // p * p)\n    return best"]),
+    ("06.1", ["class Counter:\n    n = 0\n\n\ndef evict_loop(cache, heap, num_tokens):\n    Counter.n += 1\n    evicted = 0\n"
+              "    while evicted < num_tokens and heap:\n        _, node = heapq.heappop(heap)\n"
+              "        cache.token_to_kv_pool_allocator.free(node.value)\n        evicted += len(node.key)\n"
+              "        cache._delete_leaf(node)\n    return evicted"]),
+    ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
+              "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
+])
+def test_review_accepts_honest_code(exercise, cells):
+    assert _review(exercise, cells) == []
+
+
+def test_every_spec_agrees_with_itself_on_fresh_seeds():
+    """The grader draws hidden cases from a fresh seed: the reference must pass every one of them."""
+    from radixlab.course.exercises import all_specs
+    from radixlab.course.spec import outcomes_for, run_case
+
+    for spec in all_specs().values():
+        for seed in (0, 1, 2, 12345):
+            cases = spec.cases(seed)
+            wants = [spec.drive(spec.reference, c.args) for c in cases]
+            got = [run_case(spec, spec.reference, c.args) for c in cases]
+            result = outcomes_for(spec, cases, got, wants)
+            assert result.passed and result.max_score == 3, (spec.id, seed, repr(result))
+            assert all(c.part == "main" for c in cases if not c.hidden), spec.id
+
+
+def test_a_submission_that_changes_radixlab_voids_the_batch(tmp_path, monkeypatch):
+    """If radixlab's files change while a submission runs, its grades and every later one are void."""
+    prints = iter(["before", "after", "after", "after"])
+    monkeypatch.setattr(grade, "package_fingerprint", lambda: next(prints))
+    paths = []
+    for name in ("first", "second"):
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(blank(SPLIT), paths[-1])
+    out = tmp_path / "g.json"
+    assert grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOKS), "--lesson", "02", "--json", str(out)]) == 0
+    first, second = json.loads(out.read_text())["reports"]
+    assert first["status"] == "tampered" and "void" in first["warnings"][-1]
+    assert second["status"] == "not graded" and "changed while grading" in second["execution"]["stopped"]
+
+
+def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
+    """Instructor edition: full automatic marks for every exercise; student edition: every one "not done"."""
+    paths = []
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        lesson = grade.load_lesson(path)
+        if lesson.exercises:
+            (tmp_path / "student").mkdir(exist_ok=True)
+            nbformat.write(blank(path), tmp_path / "student" / path.name)
+            paths += [path, tmp_path / "student" / path.name]
+    out = tmp_path / "g.json"
+    assert grade.main([str(p) for p in paths] + ["--notebooks", str(NOTEBOOKS), "--json", str(out)]) == 0
+    for rep in json.loads(out.read_text())["reports"]:
+        student = "/student/" in rep["submission"]
+        for r in rep["exercises"]:
+            assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixlab import RadixKey
-from radixlab.course.ex_prefix import reference_longest_cached_prefix
-from radixlab.hash_cache import HashPrefixCache, block_hash_input, chain_hashes
+from radixlab.course.answers_prefix import reference_longest_cached_prefix
+from radixlab.hash_cache import HashPrefixCache, RequestBlockHashes, block_hash_input, chain_hashes
 
 
 def brute_force(prompts, query, block_size, extra_key=None):
@@ -89,6 +89,43 @@ def test_lookups_match_brute_force_and_count_their_work(prompts, query, ns, bloc
     assert down.hash_computations == n_blocks
     assert down.dict_probes == (n_blocks - k + 1 if k else n_blocks)
     assert fwd.device_indices.tolist() == list(query[:want])  # default slots are the token ids
+    # vLLM's lookup: the request's kept hashes, probed front to back; nothing hashed per lookup
+    kept = RequestBlockHashes(query, block_size, extra_key=ns)
+    assert kept.hashes == chain_hashes(query, block_size, ns) and kept.hash_computations == n_blocks
+    for guard in (None, query):
+        m = c.match_kept_hashes(kept.hashes, tokens=guard)
+        assert m.hit_tokens == want and m.hash_computations == 0
+        assert m.dict_probes == min(k + 1, n_blocks)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tokens=st.lists(st.integers(0, 5), max_size=40), cuts=st.lists(st.integers(0, 40), max_size=6),
+       block_size=st.integers(1, 5))
+def test_request_hashes_grow_as_blocks_fill_and_each_block_is_hashed_once(tokens, cuts, block_size):
+    """Fed in pieces (prompt, then output tokens), the kept hashes equal hashing the whole at once."""
+    req = RequestBlockHashes([], block_size)
+    start = 0
+    for cut in sorted(cuts) + [len(tokens)]:
+        cut = min(max(cut, start), len(tokens))
+        before = len(req)
+        added = req.append(tokens[start:cut])
+        assert added == len(req) - before == cut // block_size - start // block_size
+        start = cut
+    assert req.hashes == chain_hashes(tokens, block_size)
+    assert req.hash_computations == len(tokens) // block_size  # never re-hashed
+
+
+def test_kept_hashes_trust_the_hash_unless_tokens_are_given():
+    weak = HashPrefixCache(block_size=2, hash_fn=lambda data: len(data))  # block 0 always hashes alike
+    weak.insert([1, 2])
+    other = RequestBlockHashes([3, 4], 2, hash_fn=weak.hash_fn)
+    assert weak.match_kept_hashes(other.hashes).hit_tokens == 2  # like vLLM: a hash hit is trusted
+    guarded = weak.match_kept_hashes(other.hashes, tokens=[3, 4])
+    assert guarded.hit_tokens == 0 and guarded.collisions == 1
+    with pytest.raises(TypeError, match="block_hashes"):
+        weak.match_kept_hashes(12345)
+    with pytest.raises(TypeError, match="new_tokens"):
+        RequestBlockHashes([1, 2]).append([1.5])
 
 
 @settings(max_examples=100, deadline=None)

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from radixlab import RadixCache, RadixKey
-from radixlab.course.ex_prefix import reference_longest_cached_prefix
+from radixlab.radix_key import unpack_tokens
+from radixlab.course.answers_prefix import reference_longest_cached_prefix
 from radixlab.viz.pages import page_size_view, page_table_view
 
 NAMESPACES = [None, "base", "lora-A", "lora-B"]
@@ -69,7 +70,8 @@ def test_children_are_keyed_by_first_page():
     cache = RadixCache(page_size=2)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 5, 6, 7])  # shares token 1 but not the first page: a sibling, no split
-    assert sorted(k for _, k in cache.root_node.children) == [(1, 2), (1, 5)]
+    # a child is keyed by its first page (packed int64 bytes; a namespaced key wraps it as (extra_key, page))
+    assert sorted(unpack_tokens(k) for k in cache.root_node.children) == [(1, 2), (1, 5)]
     assert cache.num_nodes() == 2
 
 

@@ -80,7 +80,8 @@ def test_namespaces_never_share_a_node():
     cache.check_invariants()
 
 
-def test_split_slices_values_without_copying():
+def test_split_keeps_the_slots_and_clones_the_indices():
+    """The KV slots stay where they are; each half owns a copy of its indices (SGLang PR #17191)."""
     cache = RadixCache()
     cache.insert([5, 6, 7], [10, 11, 12])
     original = next(cache.nodes())
@@ -89,7 +90,8 @@ def test_split_slices_values_without_copying():
     prefix = next(cache.nodes())
     assert prefix is not original and original.parent is prefix
     assert prefix.value.tolist() == [10, 11] and original.value.tolist() == [12]
-    assert prefix.value.untyped_storage().data_ptr() == storage == original.value.untyped_storage().data_ptr()
+    assert storage not in (prefix.value.untyped_storage().data_ptr(), original.value.untyped_storage().data_ptr())
+    assert prefix.value.untyped_storage().nbytes() == 2 * 8 and original.value.untyped_storage().nbytes() == 8
 
 
 def test_insert_copies_the_callers_indices():
@@ -130,7 +132,8 @@ def test_page_size_must_be_a_positive_int(bad, exc):
         RadixCache(page_size=bad)
 
 
-@pytest.mark.parametrize("tokens", [[1.5, 2], ["a", "b"], "abc", [True, 2], 7, torch.tensor([1.0, 2.0])])
+@pytest.mark.parametrize("tokens", [[1.5, 2], ["a", "b"], "abc", [None, 2], 7, torch.tensor([1.0, 2.0]),
+                                    torch.tensor([True, False]), b"\x01\x02"])
 def test_token_ids_must_be_integers(tokens):
     cache = RadixCache()
     cache.insert([1, 2, 3])
@@ -140,6 +143,17 @@ def test_token_ids_must_be_integers(tokens):
     with pytest.raises(TypeError, match="token_ids|key"):
         cache.match_prefix(tokens)
     assert cache.format() == before
+
+
+def test_token_ids_must_fit_int64_and_bools_read_as_ints():
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    before = cache.format()
+    with pytest.raises(ValueError, match="token_ids|key.*int64"):
+        cache.insert([1, 2**63])
+    assert cache.format() == before
+    # bool is an int subclass: the packing (like SGLang's array('q')) reads True as 1, with no O(n) type scan
+    assert RadixKey([True, 2]) == RadixKey([1, 2])
 
 
 @pytest.mark.parametrize("value", [[1, 2], [1, 2, 3, 4], torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, 1, dtype=torch.int64)])
@@ -169,3 +183,20 @@ def test_unlock_of_unlocked_node_is_an_error_and_changes_nothing():
     with pytest.raises(ValueError, match="node"):
         cache.inc_lock_ref(other.match_prefix([1]).last_node)
     assert (cache.evictable_size(), cache.protected_size()) == (3, 0)
+
+
+def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
+    """SGLang v0.5.17 clones both halves in _split_node (PR #17191): no view keeps evicted indices alive."""
+    from radixlab.memory import TokenToKVPoolAllocator
+
+    alloc = TokenToKVPoolAllocator(20_000, 1)
+    cache = RadixCache(1, token_to_kv_pool_allocator=alloc)
+    long = list(range(10_000))
+    cache.insert(long, alloc.alloc(len(long)))
+    cache.insert(long[:4] + [-1], torch.cat([cache.match_prefix(long[:4]).device_indices, alloc.alloc(1)]))
+    prefix = cache.match_prefix(long[:4]).last_node
+    assert prefix.value.untyped_storage().nbytes() == 4 * prefix.value.element_size()
+    cache.inc_lock_ref(cache.match_prefix(long[:4] + [-1]).last_node)  # the short request is still running
+    cache.evict(10_000)
+    need, held = cache.index_memory()
+    assert held == need and need == 5 * 8, (need, held)

@@ -117,3 +117,52 @@ def test_frame_slider_over_sequences_and_mappings():
     assert frame_slider({1: "one", 4: "four"}, "page_size", value=4) is None
     with pytest.raises(ValueError, match="frames"):
         frame_slider([])
+
+
+def test_tags_and_legend_are_in_the_picture_not_only_in_the_text():
+    """The SVG carries the same tags as the text form, and a key for every colour it uses."""
+    steps = replay(RadixTree(), [("insert", A), ("insert", B), ("match", C := ["sys", "prompt", "C"])])
+    plain, inserted, split = steps[0].drawing, steps[1].drawing, steps[2].drawing
+    assert "legend" not in plain.dot_source  # nothing coloured, no key
+    assert "[path]" in inserted.dot_source and trees_mod.LEGEND["path"] in inserted.dot_source
+    assert trees_mod.LEGEND["split"] not in inserted.dot_source
+    assert "[created by split]" in split.dot_source and trees_mod.LEGEND["split"] in split.dot_source
+    for step in steps:  # every tag of the text form is in the dot source
+        for tag in ("[path]", "[created by split]"):
+            assert step.drawing.text.count(tag) == step.drawing.dot_source.count(f"\\n{tag}")
+    if shutil.which("dot"):
+        svg = split.svg()
+        assert "created by split" in svg and "[path]" in svg and "walked" in svg
+
+
+def test_hash_table_picture_has_the_parent_column_of_its_text():
+    from radixlab.hash_cache import HashPrefixCache
+    from radixlab.viz.hashtable import draw_hash_table
+
+    c = HashPrefixCache(block_size=2)
+    c.insert([1, 2, 3, 4])
+    c.insert([1, 2, 5, 6])
+    d = draw_hash_table(c)
+    assert "parent=-" in d.text and d.text.count("parent=#0") == 2
+    assert "<b>parent</b>" in d.dot_source
+    assert d.dot_source.count("<td>#0</td>") == 2 and d.dot_source.count("<td>-</td>") == 1
+    with pytest.raises(TypeError, match="cache must be a HashPrefixCache"):
+        draw_hash_table(RadixCache())
+
+
+def test_page_table_svg_carries_the_verdict():
+    """The ✗/✓ verdict of the text form is a row of the drawing too (notebook 04)."""
+    from radixlab.viz.pages import page_table_view
+
+    bad = page_table_view([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9], 4, align=False)
+    good = page_table_view([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9], 4, align=True)
+    assert "✗ B writes token 9 into page 1 slot 3" in bad.dot_source
+    assert "✓ no slot of A is written by B" in good.dot_source
+
+
+def test_page_size_view_gives_each_path_its_own_slots():
+    """Slots are not token ids, and no slot appears in two nodes."""
+    from radixlab.viz.pages import page_size_view
+
+    view = page_size_view([([1, 2, 3, 4, 5, 6, 7, 8], "f"), ([1, 2, 3, 4, 5, 6, 10, 11], "f")], [1, 2, 3, 4, 5, 6, 7, 9], "f", 2)
+    assert "slots=[100, 101, 102, 103, 104, 105]" in view.drawing.text and "slots=[206, 207]" in view.drawing.text

@@ -9,7 +9,7 @@ Both caches are the real ``RadixCache`` driving the real request lifecycle (``ad
   recency order, every node after its descendants. Every match/insert re-links the nodes it touched
   (the hot path); ``evict`` scans from the least recent end, skipping locked and internal nodes.
 
-Times are best-of-N in this process; the ratios are the result (notebook 05 explains them).
+Times are best-of-N in this process; the ratios are the result (notebook 06_eviction explains them).
 """
 
 from __future__ import annotations

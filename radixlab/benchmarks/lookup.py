@@ -1,10 +1,19 @@
-"""``python -m radixlab bench lookup``: hash probe-down vs hash forward walk vs radix match.
+"""``python -m radixlab bench lookup``: hash lookups (re-hashing, or hashes kept on the request) vs radix match.
 
 One run builds, for each prefix length L, a hash cache and a radix cache holding the same prompts
-(one long prompt of L tokens plus a few short distractors), then times three lookups of a request
-that extends the long prompt by a new question. Each lookup gets the request as a ready
-``RadixKey`` (built once per request, outside the timing), so the times compare lookup work only.
-Ratios are printed from the same run; notebook 03_hash_vs_radix plots them.
+(one long prompt of L tokens plus a few short distractors), then times the lookups of a request
+that extends the long prompt by a new question:
+
+* probe-down (the seed's step13): hash every block of the request, probe from the longest down;
+* forward walk, re-hashing: hash block 0, probe, hash block 1, probe, ...;
+* kept hashes (what vLLM runs): the request computed its block hashes once, when its blocks filled
+  (``RequestBlockHashes``, vLLM's ``request.block_hashes``); the lookup only probes the dict.
+  That one-time hashing is timed separately ("hash once");
+* radix ``match_prefix``.
+
+Each lookup gets the request as a ready ``RadixKey`` (built once per request, outside the timing),
+so the times compare lookup work only. Ratios are printed from the same run; notebook
+03_hash_vs_radix plots them.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..hash_cache import HashPrefixCache
+from ..hash_cache import HashPrefixCache, RequestBlockHashes
 from ..radix_cache import RadixCache, RadixKey
 
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
@@ -31,6 +40,7 @@ class LookupSetup:
     hash_cache: HashPrefixCache
     radix_cache: RadixCache
     query: RadixKey
+    kept: RequestBlockHashes
 
 
 @dataclass
@@ -44,9 +54,12 @@ class LookupRow:
     probe_down_probes: int
     forward_hashes: int
     forward_probes: int
+    kept_probes: int
     radix_nodes_visited: int
     probe_down_s: float = float("nan")
     forward_s: float = float("nan")
+    kept_s: float = float("nan")
+    hash_once_s: float = float("nan")
     radix_s: float = float("nan")
 
     @property
@@ -56,6 +69,21 @@ class LookupRow:
     @property
     def forward_vs_radix(self) -> float:
         return self.forward_s / self.radix_s
+
+    @property
+    def break_even_lookups(self) -> float:
+        """Lookups of one request after which keeping hashes has paid back hashing it once.
+
+        Per request the hash cache pays ``hash_once + n * kept`` and the tree ``n * radix``; the two
+        meet at ``n = hash_once / (radix - kept)`` (infinite when the probe is not faster).
+        """
+        saved = self.radix_s - self.kept_s
+        return self.hash_once_s / saved if saved > 0 else float("inf")
+
+    @property
+    def kept_vs_radix(self) -> float:
+        """Below 1: the probe with kept hashes is faster than the radix match."""
+        return self.kept_s / self.radix_s
 
 
 def _fresh_tokens(rng: random.Random, n: int) -> list[int]:
@@ -75,7 +103,9 @@ def build_setup(prefix_len: int, block_size: int = 16, seed: int = 0, distractor
     rc.insert(RadixKey(prompt))
     # The request: same prompt, fresh int objects (as from a tokenizer), plus a new question.
     query = RadixKey([int(str(t)) for t in prompt] + _fresh_tokens(rng, QUESTION_TOKENS))
-    return LookupSetup(prefix_len, hc, rc, query)
+    # vLLM hashes a request's full blocks once, when it arrives (and as output tokens fill more).
+    kept = RequestBlockHashes(query.token_ids, block_size)
+    return LookupSetup(prefix_len, hc, rc, query, kept)
 
 
 def _best_time(fn: Callable[[], object], repeats: int) -> float:
@@ -89,18 +119,21 @@ def _best_time(fn: Callable[[], object], repeats: int) -> float:
 
 def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
     """Count the work of each lookup; with ``repeats > 0`` also time each (best of ``repeats``)."""
-    hc, rc, q = setup.hash_cache, setup.radix_cache, setup.query
-    down, fwd = hc.match_probe_down(q), hc.match_forward(q)
+    hc, rc, q, hashes = setup.hash_cache, setup.radix_cache, setup.query, setup.kept.hashes
+    down, fwd, kept = hc.match_probe_down(q), hc.match_forward(q), hc.match_kept_hashes(hashes)
     res = rc.match_prefix(q)
     visited, node = 0, res.last_node
     while node is not rc.root_node:
         visited, node = visited + 1, node.parent
-    assert down.hit_tokens == fwd.hit_tokens, "the two hash lookups disagree"
+    assert down.hit_tokens == fwd.hit_tokens == kept.hit_tokens, "the hash lookups disagree"
     row = LookupRow(setup.prefix_len, down.hit_tokens, len(res), down.hash_computations, down.dict_probes,
-                    fwd.hash_computations, fwd.dict_probes, visited)
+                    fwd.hash_computations, fwd.dict_probes, kept.dict_probes, visited)
     if repeats > 0:
+        bs = setup.kept.block_size
         row.probe_down_s = _best_time(lambda: hc.match_probe_down(q), repeats)
         row.forward_s = _best_time(lambda: hc.match_forward(q), repeats)
+        row.kept_s = _best_time(lambda: hc.match_kept_hashes(hashes), repeats)
+        row.hash_once_s = _best_time(lambda: RequestBlockHashes(q.token_ids, bs), repeats)
         row.radix_s = _best_time(lambda: rc.match_prefix(q), repeats)
     return row
 
@@ -111,23 +144,41 @@ def run(lengths: Sequence[int] = DEFAULT_LENGTHS, repeats: int = 20, block_size:
 
 
 def format_counts(rows: Sequence[LookupRow]) -> str:
-    """The deterministic part: hit tokens and how many hashes/probes/nodes each lookup needed."""
+    """The deterministic part: hit tokens and how many hashes/probes/nodes each lookup needed.
+
+    "kept" hashes nothing per lookup: its hashes were computed once per request (``hash once``).
+    """
     lines = [f"{'prefix':>7} {'hit(hash)':>9} {'hit(radix)':>10} | {'probe-down: hashes':>18} {'probes':>6} | "
-             f"{'forward: hashes':>15} {'probes':>6} | {'radix: nodes':>12}"]
+             f"{'forward: hashes':>15} {'probes':>6} | {'kept: hashes':>12} {'probes':>6} | "
+             f"{'hash once':>9} | {'radix: nodes':>12}"]
     for r in rows:
         lines.append(f"{r.prefix_len:>7} {r.hit_tokens_hash:>9} {r.hit_tokens_radix:>10} | "
                      f"{r.probe_down_hashes:>18} {r.probe_down_probes:>6} | {r.forward_hashes:>15} "
-                     f"{r.forward_probes:>6} | {r.radix_nodes_visited:>12}")
+                     f"{r.forward_probes:>6} | {0:>12} {r.kept_probes:>6} | {r.probe_down_hashes:>9} | "
+                     f"{r.radix_nodes_visited:>12}")
     return "\n".join(lines)
 
 
 def format_times(rows: Sequence[LookupRow]) -> str:
-    """Times (µs) and ratios, measured side by side in one run."""
-    lines = [f"{'prefix':>7} | {'probe-down µs':>13} {'forward µs':>10} {'radix µs':>9} | "
-             f"{'probe-down/radix':>16} {'forward/radix':>13}"]
+    """Times (µs) and ratios, measured side by side in one run.
+
+    ``hash once`` is what a request pays once in its life to compute its kept hashes, not per lookup.
+    """
+    lines = [f"{'prefix':>7} | {'probe-down µs':>13} {'forward µs':>10} {'kept µs':>8} {'radix µs':>9} | "
+             f"{'probe-down/radix':>16} {'forward/radix':>13} {'kept/radix':>10} | {'hash once µs':>12}"]
     for r in rows:
         lines.append(f"{r.prefix_len:>7} | {r.probe_down_s * 1e6:>13.1f} {r.forward_s * 1e6:>10.1f} "
-                     f"{r.radix_s * 1e6:>9.1f} | {r.probe_down_vs_radix:>15.1f}× {r.forward_vs_radix:>12.1f}×")
+                     f"{r.kept_s * 1e6:>8.1f} {r.radix_s * 1e6:>9.1f} | {r.probe_down_vs_radix:>15.2f}× "
+                     f"{r.forward_vs_radix:>12.2f}× {r.kept_vs_radix:>9.2f}× | {r.hash_once_s * 1e6:>12.1f}")
+    return "\n".join(lines)
+
+
+def format_per_request(rows: Sequence[LookupRow]) -> str:
+    """What one request costs in all: hashing it once plus its lookups, vs the tree's lookups alone."""
+    lines = [f"{'prefix':>7} | {'1 lookup: hash once + probe':>27} {'radix':>8} | {'break-even lookups':>18}"]
+    for r in rows:
+        lines.append(f"{r.prefix_len:>7} | {(r.hash_once_s + r.kept_s) * 1e6:>24.1f} µs {r.radix_s * 1e6:>5.1f} µs | "
+                     f"{r.break_even_lookups:>18.1f}")
     return "\n".join(lines)
 
 
@@ -161,24 +212,32 @@ def hit_tokens(prompts: Sequence[Sequence[int]], block_size: int = 16) -> dict[s
 def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]]) -> str:
     """The seed's "hash or radix?" table, re-derived from this run's counts (notebook 03).
 
-    ``rows`` come from ``run`` (shortest and longest prefix are quoted); ``hit_rows[stem]`` from
-    ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 100.
+    ``rows`` come from ``run`` (the longest prefix is quoted); ``hit_rows[stem]`` from
+    ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 100. Only deterministic counts
+    appear here; the times that decide the first row are in ``format_times``.
     """
-    short, long_ = rows[0], rows[-1]
+    r = rows[-1]
+    k = f"{r.prefix_len // 1024}k" if r.prefix_len >= 1024 else str(r.prefix_len)
     table = [
         ("situation", "measured in this notebook", "choose"),
-        ("few fixed prompts, short prefixes",
-         f"{short.prefix_len // 1024}k prefix: {short.probe_down_hashes} hashes vs {short.radix_nodes_visited} node; "
-         f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hits", "hash is enough"),
-        ("long shared prefixes (RAG, chats)",
-         f"{long_.prefix_len // 1024}k prefix: {long_.probe_down_hashes} hashes (probe-down), "
-         f"{long_.forward_probes} probes (forward) vs {long_.radix_nodes_visited} node", "radix tree"),
-        ("many prompts branching mid-block",
-         f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens", "radix tree"),
-        ("who shares what (locks, eviction)", "table: rows + ref counts; tree: branch nodes", "radix tree"),
+        ("one lookup, hashes kept on the request",
+         f"{k}: {r.kept_probes} dict probes, 0 hashes vs {r.radix_nodes_visited} node, "
+         f"{r.hit_tokens_radix} tokens compared", "either: the times decide (kept/radix)"),
+        ("each new request, once",
+         f"{k}: {r.probe_down_hashes} hashes of the whole prompt, shared part included vs none",
+         "radix tree (no hashing)"),
+        ("re-hashing at every lookup (step13)",
+         f"{k}: {r.probe_down_hashes} hashes per lookup (probe-down), {r.forward_hashes} (forward)",
+         "neither: keep the hashes"),
+        ("few fixed prompts, block-aligned",
+         f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hit tokens", "hash is enough"),
+        ("prompts branching mid-block",
+         f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens", "radix tree (page_size 1)"),
+        ("who shares what: split, lock, evict",
+         "table: flat rows, parent pointers up, ref counts; tree: children, leaves", "radix tree"),
     ]
-    widths = [max(len(r[k]) for r in table) for k in range(3)]
-    return "\n".join(" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in table)
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    return "\n".join(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,9 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     print(format_counts(rows))
     print()
     print(format_times(rows))
+    print()
+    print(format_per_request(rows))
     last = rows[-1]
-    print(f"\nradix match of a {last.prefix_len}-token cached prefix: {last.probe_down_vs_radix:.1f}× faster "
-          f"than the probe-down hash lookup, {last.forward_vs_radix:.1f}× faster than the forward walk")
+    print(f"\n{last.prefix_len}-token cached prefix, lookup time / radix match_prefix time:")
+    print(f"  probe-down, re-hashing every block (seed step13): {last.probe_down_vs_radix:.2f}×")
+    print(f"  forward walk, re-hashing every block            : {last.forward_vs_radix:.2f}×")
+    print(f"  forward probe with hashes kept on the request   : {last.kept_vs_radix:.2f}×  (vLLM's lookup)")
+    print(f"  hashing the request once (paid once per request): {last.hash_once_s / last.radix_s:.2f}×")
     return 0
 
 
@@ -208,9 +272,11 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     xs = [r.prefix_len for r in rows]
-    for label, attr, style in [("hash: probe-down (seed)", "probe_down_s", "o-"),
-                               ("hash: forward walk", "forward_s", "s-"),
-                               ("radix: match_prefix", "radix_s", "^-")]:
+    for label, attr, style in [("hash: probe-down, re-hash (seed)", "probe_down_s", "o-"),
+                               ("hash: forward, re-hash", "forward_s", "s-"),
+                               ("hash: forward, kept hashes (vLLM)", "kept_s", "D-"),
+                               ("radix: match_prefix", "radix_s", "^-"),
+                               ("hashing a request once (not per lookup)", "hash_once_s", "x:")]:
         ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
@@ -220,6 +286,6 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
     ax.set_ylabel("lookup time (µs, best of N)")
     ax.set_title("Longest-prefix lookup cost")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

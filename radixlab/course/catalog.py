@@ -20,25 +20,41 @@ class Lesson:
 COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 10,
            "prefill cost vs prompt length; a shared system prompt served with and without a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 20,
-           "trie vs radix tree (Q1), insert and match_prefix step by step, requests A and B", "adv05"),
+    Lesson("01_radix_tree", "The radix tree", 25,
+           "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B",
+           "adv05"),
     Lesson("02_cow_split", "Copy-on-write split and ref counts", 20,
            "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercise: the split", "adv05"),
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
-           "the step13 chained-hash cache, lookup cost 1k–32k tokens, block granularity, when to use which", "adv05 + lesson 4"),
+           "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), structure, granularity",
+           "adv05 + lesson 4"),
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 25,
            "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
-    Lesson("05_locks_and_eviction", "Lock references, eviction and the request lifecycle", 25,
-           "lock_ref, evictable vs protected, heap eviction, cache_finished_req, LRU vs Belady", "lesson 4 + adv05 Q2"),
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 20,
+           "who owns each KV slot, match → lock → alloc → insert → unlock, chunked prefill, lock_ref (figure 4-1)",
+           "lesson 4"),
+    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
+           "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
+           "lesson 4 + adv05 Q2"),
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 25,
+           "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
+           "KV bytes per token, exercise: the gather", "lesson 4"),
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
+           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process, the WAR hazard "
+           "made deterministic, exercise: place the barrier, lesson 4 Q3, when overlap does not help", "lesson 4"),
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
            "bench serve", "lesson 4"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
            "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "lesson 4"),
+    Lesson("11_performance_boundaries", "Performance boundaries: what a Python radix tree costs", 20,
+           "fast vs readable matcher vs SGLang's own tree, cost vs tree size, memory per token, converting token "
+           "lists for a native tree, the tree's share of the scheduler, lesson 4's pass criteria", "lesson 4"),
 ]
 
 
 def course_map() -> str:
     """The map as a text table (notebook 00 prints it)."""
-    rows = [f"{l.notebook:<26} {l.minutes:>3} min  {l.title}\n{'':<33}{l.teaches}" for l in COURSE]
+    w = max(len(l.notebook) for l in COURSE)
+    rows = [f"{l.notebook:<{w}} {l.minutes:>3} min  {l.title}\n{'':<{w + 7}}{l.teaches}" for l in COURSE]
     return "\n".join(rows)

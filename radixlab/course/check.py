@@ -1,9 +1,10 @@
-"""The exercise-check framework: run cases against a student's object, print a friendly verdict.
+"""Small assertion helpers for checks, and the older ``Case``/``run_check`` framework.
 
-Every check cell in a notebook calls a ``check_*`` function that builds a list of ``Case``s (the
-seed's asserts, visible in the notebook, plus hidden edge cases that live only here) and hands them
-to ``run_check``. The returned ``CheckResult`` *is* the verdict: its text form is what the cell
-shows, and every result is also recorded in ``RESULTS`` so the grader can collect scores.
+Graded exercises are ``ExerciseSpec``s (``radixlab.course.spec``; see CONTRIBUTING.md): the check
+cell and the grader run the same cases, and the grader computes every verdict in its own process.
+``run_check`` here still prints a friendly verdict for an ungraded, local check, but the grader never
+reads ``RESULTS`` or anything else from the student's kernel: a check written only with ``run_check``
+is not graded automatically (the grader lists it for marking by hand).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 RESULTS: list["CheckResult"] = []
-"""Every verdict produced in this process, in order (the grader reads it)."""
+"""Every verdict produced in this process, in order (for the student; the grader never reads it)."""
 
 
 @dataclass

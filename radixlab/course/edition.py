@@ -61,6 +61,8 @@ def student_notebook(nb: nbformat.NotebookNode, where: str = "notebook") -> nbfo
             cell.metadata.pop("execution", None)
         cells.append(cell)
     nb.cells = cells
+    # Notebook-level widget state holds the instructor's widget outputs (SVG trees, progress bars).
+    nb.metadata.pop("widgets", None)
     return nb
 
 

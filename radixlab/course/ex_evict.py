@@ -1,4 +1,4 @@
-"""Exercise 05.1 (notebook 05_locks_and_eviction): write the eviction loop of ``RadixCache.evict``.
+"""Exercise 06.1 (notebook 06_eviction): write the eviction loop of ``RadixCache.evict``.
 
 The student writes ``evict_loop(cache, heap, num_tokens) -> evicted``: ``heap`` is already a
 heapified list of ``(policy key, leaf)`` for every unlocked leaf. The loop pops the leaf the policy
@@ -6,22 +6,25 @@ likes least, frees its slots to ``cache.token_to_kv_pool_allocator``, deletes it
 ``cache._delete_leaf(node)``, and pushes the parent when that just became an unlocked leaf (never
 the root); it stops when ``num_tokens`` are freed or the heap is empty.
 
-The check runs the student's loop and the reference loop on identical real caches (with an
-allocator, lock refs from "live requests") and compares what was evicted, the tree, the allocator
-and the invariants. Its scenarios catch the two classic bugs: forgetting the parent push, and
-pushing a parent that a request still has locked.
+``drive`` builds a real cache (with an allocator, lock refs from "live requests") for a named
+scenario, runs a loop on it and returns what happened as plain data: the count it returned, the
+tree before and after, the allocator's free slots, locked nodes evicted. The check cell and the
+grader compare the student's run with the reference loop's run on an identical cache. Its scenarios
+catch the two classic bugs: forgetting the parent push, and pushing a parent that a request still
+has locked.
 """
 
 from __future__ import annotations
 
 import heapq
+import random
 from typing import Callable
 
 import torch
 
 from ..memory import TokenToKVPoolAllocator
 from ..radix_cache import RadixCache, TreeNode
-from .check import Case, CheckResult, expect_equal, own_code, run_check
+from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EvictLoop = Callable[[RadixCache, list, int], int]
 
@@ -101,11 +104,11 @@ def figure_4_1() -> RadixCache:
     return cache
 
 
-def bushy(page_size: int = 1, policy: str = "lru") -> RadixCache:
+def bushy(page_size: int = 1, policy: str = "lru", first: int = 100) -> RadixCache:
     """Several branches, some locked, with a page size; touched in a known order."""
     cache, alloc = _cache(page_size, policy)
     p = page_size
-    base = list(range(100, 100 + 2 * p))
+    base = list(range(first, first + 2 * p))
     for tail in range(5):
         _put(cache, alloc, base + [tail] * (2 * p))
     _put(cache, alloc, base + [0] * (2 * p) + [7] * p)
@@ -115,62 +118,119 @@ def bushy(page_size: int = 1, policy: str = "lru") -> RadixCache:
     return cache
 
 
-def _locked_nodes(cache: RadixCache) -> list[TreeNode]:
-    return [n for n in cache.nodes() if n.lock_ref > 0]
+SCENARIOS: dict[str, Callable[..., RadixCache]] = {"chain": chain, "locked_parent": locked_parent,
+                                                  "figure_4_1": figure_4_1, "bushy": bushy}
 
 
-def _compare(loop: EvictLoop, build: Callable[[], RadixCache], num_tokens: int, what: str) -> None:
-    mine, ref = build(), build()
+def _tree(cache: RadixCache) -> list[list]:
+    """Every live node as [id, parent id, tokens, slots, lock_ref], read attribute by attribute."""
+    rows, stack = [], [cache.root_node]
+    while stack:
+        node = stack.pop()
+        for child in sorted(dict(node.children).values(), key=lambda n: -n.id):
+            slots = [] if child.value is None else [int(v) for v in child.value.tolist()]
+            rows.append([child.id, node.id, list(child.key.token_ids), slots, int(child.lock_ref)])
+            stack.append(child)
+    return sorted(rows)
 
-    def shortcut(*args: object, **kwargs: object) -> int:
+
+def drive(loop: EvictLoop, args: dict) -> dict:
+    """Build the scenario, run ``loop(cache, heap, num_tokens)``, report what it did as plain data."""
+    cache = SCENARIOS[args["scenario"]](**args.get("params", {}))
+
+    def shortcut(*a: object, **k: object) -> int:
         raise AssertionError("write the loop yourself: cache.evict and cache._evict_from_heap would do it for you")
 
-    mine.evict = mine._evict_from_heap = shortcut  # type: ignore[method-assign]
-    locked = _locked_nodes(mine)
-    evictable = mine.evictable_size()
-    got = loop(mine, initial_heap(mine), num_tokens)
-    want = reference_evict_loop(ref, initial_heap(ref), num_tokens)
-    for node in locked:
-        if node.evicted:
-            raise AssertionError(f"{what}: node #{node.id} was evicted, but a live request holds it "
-                                 f"(lock_ref={node.lock_ref}): only push a parent whose lock_ref is 0")
-    if got is None:
-        raise AssertionError(f"{what}: evict_loop must return how many tokens it evicted, got None")
-    if got < min(num_tokens, evictable) and want > got:
-        raise AssertionError(f"{what}: asked for {num_tokens} tokens, evicted only {got} although {evictable} "
-                             "were evictable. When a leaf goes, its parent may just have become an unlocked "
-                             "leaf: push it onto the heap")
-    expect_equal(got, want, f"{what}: tokens evicted")
+    before, locked = _tree(cache), [n.id for n in cache.nodes() if n.lock_ref > 0]
+    evictable = cache.evictable_size()
+    real = cache._evict_from_heap
+    cache.evict = shortcut  # type: ignore[method-assign]
+    if loop is not reference_evict_loop:
+        cache._evict_from_heap = shortcut  # type: ignore[method-assign]
+    else:
+        cache._evict_from_heap = real  # type: ignore[method-assign]
+    returned = loop(cache, initial_heap(cache), args["num_tokens"])
+    after = _tree(cache)
+    alloc = cache.token_to_kv_pool_allocator
     try:
-        mine.check_invariants()
+        cache.check_invariants()
+        broken = ""
     except AssertionError as exc:
-        raise AssertionError(f"{what}: the tree is broken after your loop ({exc})") from None
-    expect_equal(mine.format(), ref.format(), f"{what}: the tree after eviction")
-    expect_equal(mine.token_to_kv_pool_allocator.available_size(), ref.token_to_kv_pool_allocator.available_size(),
-                 f"{what}: free slots in the allocator (free each evicted node's value)")
+        broken = str(exc)
+    alive = {row[0] for row in after}
+    return {"returned": returned if isinstance(returned, int) and not isinstance(returned, bool) else repr(returned),
+            "before": before, "after": after, "free_slots": len(alloc.free_pages) * alloc.page_size,
+            "locked_evicted": [i for i in locked if i not in alive], "evictable": evictable, "broken": broken}
 
 
-def check_evict_loop(evict_loop: EvictLoop) -> CheckResult:
-    """Check a student's ``evict_loop(cache, heap, num_tokens)`` (exercise 05.1)."""
-    if not callable(evict_loop):
-        raise TypeError(f"evict_loop must be a function evict_loop(cache, heap, num_tokens), got {type(evict_loop).__name__}")
-    evict_loop = own_code(evict_loop, "evict_loop", reference_evict_loop)
-    cases = [
-        Case("figure 4-1: evict 3 tokens takes the least recently used leaf",
-             lambda: _compare(evict_loop, figure_4_1, 3, "figure 4-1, evict(3)")),
-        Case("a chain: evicting 6 tokens needs the parent pushes",
-             lambda: _compare(evict_loop, chain, 6, "chain, evict(6)"), points=2),
-        Case("a locked parent is never evicted",
-             lambda: _compare(evict_loop, locked_parent, 100, "locked parent, evict(100)"), points=2),
-        Case("a parent that still has children is not a leaf yet",
-             lambda: _compare(evict_loop, figure_4_1, 5, "figure 4-1, evict(5)"), hidden=True),
-        Case("stops as soon as enough is freed", lambda: _compare(evict_loop, figure_4_1, 1, "evict(1)"), hidden=True),
-        Case("evict(0) frees nothing", lambda: _compare(evict_loop, chain, 0, "evict(0)"), hidden=True),
-        Case("asks for more than is evictable: stops when the heap is empty",
-             lambda: _compare(evict_loop, bushy, 1000, "bushy, evict(1000)"), hidden=True),
-        Case("pages of 4 and the lfu policy",
-             lambda: _compare(evict_loop, lambda: bushy(4, "lfu"), 20, "pages of 4, lfu, evict(20)"), hidden=True),
-        Case("partial eviction follows the policy order",
-             lambda: _compare(evict_loop, bushy, 5, "bushy, evict(5)"), hidden=True),
+def _describe(row: list) -> str:
+    return f"node #{row[0]} {row[2]}"
+
+
+def compare(got: dict, want: dict, args: dict) -> str | None:
+    if got == want:
+        return None
+    what = f"{args['scenario']}, evict({args['num_tokens']})"
+    if got["locked_evicted"]:
+        return (f"{what}: node #{got['locked_evicted'][0]} was evicted, but a live request holds it "
+                "(lock_ref > 0): only push a parent whose lock_ref is 0")
+    if not isinstance(got["returned"], int):
+        return f"{what}: evict_loop must return how many tokens it evicted, got {got['returned']}"
+    if got["broken"]:
+        return f"{what}: the tree is broken after your loop ({got['broken']})"
+    gone_got = {r[0] for r in got["before"]} - {r[0] for r in got["after"]}
+    gone_want = {r[0] for r in want["before"]} - {r[0] for r in want["after"]}
+    if gone_got < gone_want:  # evicted too little
+        had_children = {r[1] for r in got["before"]}
+        stranded = [r for r in got["after"] if r[0] in gone_want and r[0] in had_children
+                    and not any(c[1] == r[0] for c in got["after"]) and r[4] == 0]
+        if stranded:
+            return (f"{what}: evicted {got['returned']} tokens, the reference {want['returned']}. "
+                    f"{_describe(stranded[0])} lost its children and became an unlocked leaf, but your loop never "
+                    "evicted it: when a leaf goes, push its parent onto the heap if it just became an unlocked leaf")
+        return (f"{what}: evicted {got['returned']} tokens, the reference {want['returned']} "
+                f"({got['evictable']} were evictable); your loop stopped before the heap was empty or enough was freed")
+    if gone_got != gone_want:
+        extra = sorted(gone_got - gone_want)
+        missing = sorted(gone_want - gone_got)
+        return (f"{what}: evicted nodes {sorted(gone_got)}, expected {sorted(gone_want)}"
+                + (f" (#{extra[0]} should have stayed" if extra else " (")
+                + (f"; #{missing[0]} should have gone)" if missing else ")")
+                + ": pop the policy's smallest key first and stop as soon as enough is freed")
+    if got["returned"] != want["returned"]:
+        return f"{what}: returned {got['returned']}, but the nodes evicted hold {want['returned']} tokens"
+    if got["free_slots"] != want["free_slots"]:
+        return (f"{what}: the allocator has {got['free_slots']} free slots, expected {want['free_slots']}: "
+                "free each evicted node's value with cache.token_to_kv_pool_allocator.free(node.value)")
+    return f"{what}: the tree after eviction differs from the reference"
+
+
+def cases(seed: int = 0) -> list[GradedCase]:
+    rng = random.Random(seed)
+    first = 100 + (rng.randrange(50) if seed else 0)
+    c = lambda scenario, n, **params: {"scenario": scenario, "num_tokens": n, "params": params}  # noqa: E731
+    return [
+        GradedCase("figure 4-1: evict 3 tokens takes the least recently used leaf", c("figure_4_1", 3)),
+        GradedCase("a chain: evicting 6 tokens needs the parent pushes", c("chain", 6), weight=2),
+        GradedCase("a locked parent is never evicted", c("locked_parent", 100), weight=2),
+        GradedCase("a parent that still has children is not a leaf yet", c("figure_4_1", 5), "boundary"),
+        GradedCase("stops as soon as enough is freed", c("figure_4_1", 1), "boundary"),
+        GradedCase("evict(0) frees nothing", c("chain", 0), "boundary"),
+        GradedCase("asks for more than is evictable: stops when the heap is empty",
+                   c("bushy", 1000, first=first), "boundary"),
+        GradedCase("pages of 4 and the lfu policy", c("bushy", 20, page_size=4, policy="lfu", first=first), "boundary"),
+        GradedCase("partial eviction follows the policy order", c("bushy", 4 + rng.randrange(3), first=first), "boundary"),
     ]
-    return run_check("05.1", "the eviction loop", cases)
+
+
+SPEC = ExerciseSpec(
+    id="06.1", title="the eviction loop", function="evict_loop", check="check_evict_loop",
+    reference=reference_evict_loop, drive=drive, cases=cases, compare=compare,
+    forbidden=("evict", "_evict_from_heap", "reference_evict_loop", "loop_with_parent_rule",
+               "forgets_parent_loop", "ignores_lock_loop", "_evictable_heap", "initial_heap"))
+SPECS = [SPEC]
+
+
+def check_evict_loop(evict_loop: EvictLoop, *, record: bool = True) -> CheckResult:
+    """Check a student's ``evict_loop(cache, heap, num_tokens)`` (exercise 06.1)."""
+    return check_exercise(SPEC, evict_loop, record=record)

@@ -2,19 +2,24 @@
 
 ``longest_cached_prefix`` is the runnable meaning of ``RadixCache.match_prefix`` without the tree:
 for every cached path in the query's namespace, count the common tokens, keep whole pages only,
-return the best. Notebook 04_pages_and_namespaces holds the exercise; ``check_longest_cached_prefix``
-grades it with the rubric's code points (4): main path 2, edge cases 1, agreement with the real
-``RadixCache`` (the source object it maps to) 1. That last case is tagged ``part="mapping"``: the
-grader shows it as evidence for the rubric's mapping point, which an instructor marks by hand.
+return the best. Notebook 04_pages_and_namespaces holds the exercise; ``SPEC`` grades it: the
+lesson's asserts (main path), and hidden cases with several paths per namespace, shared prefixes of
+different lengths, the longest path not first, edge cases and random caches compared with the real
+``RadixCache`` (boundary). The grader draws the hidden cases' tokens afresh on every run.
+
+The instructor's answer, ``reference_longest_cached_prefix``, lives in
+``radixlab.course.answers_prefix``, which no notebook imports; ``radix_longest_cached_prefix`` (the
+same question asked of the real tree) is here for notebook 04's comparison, and naming it in an
+answer makes the grader reject the answer.
 """
 
 from __future__ import annotations
 
+import copy
 import random
-from typing import Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
-from ..radix_cache import RadixCache, RadixKey
-from .check import Case, CheckResult, expect_equal, expect_raises, own_code, run_check
+from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "04.1"
 TITLE = "longest_cached_prefix"
@@ -26,34 +31,6 @@ SEED_CACHE = [
     ([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A"),
 ]
 """The lesson's cache: two paths in two namespaces."""
-
-
-def reference_longest_cached_prefix(query_tokens: Sequence[int], query_namespace: Hashable,
-                                    cached_paths: CachedPaths, page_size: int) -> int:
-    """The lesson's reference answer (instructor solution of exercise 04.1)."""
-    if page_size <= 0:
-        raise ValueError("page_size must be positive")
-    best = 0
-    for cached_tokens, cached_namespace in cached_paths:
-        if cached_namespace != query_namespace:
-            continue
-        common = 0
-        for left, right in zip(query_tokens, cached_tokens):
-            if left != right:
-                break
-            common += 1
-        aligned = common // page_size * page_size
-        best = max(best, aligned)
-    return best
-
-
-def radix_longest_cached_prefix(query_tokens: Sequence[int], query_namespace: Hashable,
-                                cached_paths: CachedPaths, page_size: int) -> int:
-    """The same question answered by the real tree: insert every path, ``match_prefix`` the query."""
-    cache = RadixCache(page_size=page_size)
-    for tokens, namespace in cached_paths:
-        cache.insert(RadixKey(list(tokens), namespace))
-    return len(cache.match_prefix(RadixKey(list(query_tokens), query_namespace)))
 
 
 def random_cases(n: int, seed: int = 0) -> list[tuple[list[int], str, list, int]]:
@@ -77,52 +54,117 @@ def random_cases(n: int, seed: int = 0) -> list[tuple[list[int], str, list, int]
     return cases
 
 
-def _agrees_with_radix_cache(fn: Callable, n: int = 200) -> None:
-    for query, ns, paths, page_size in random_cases(n, seed=4):
-        want = radix_longest_cached_prefix(query, ns, paths, page_size)
-        got = fn(query, ns, paths, page_size)
-        if got != want:
-            raise AssertionError(f"longest_cached_prefix({query}, {ns!r}, {paths}, page_size={page_size}) "
-                                 f"returned {got!r}, but RadixCache.match_prefix finds {want}")
+def radix_longest_cached_prefix(query_tokens: Sequence[int], query_namespace: Hashable,
+                                cached_paths: CachedPaths, page_size: int) -> int:
+    """The same question answered by the real tree: insert every path, ``match_prefix`` the query."""
+    from ..radix_cache import RadixCache, RadixKey
+
+    cache = RadixCache(page_size=page_size)
+    for tokens, namespace in cached_paths:
+        cache.insert(RadixKey(list(tokens), namespace))
+    return len(cache.match_prefix(RadixKey(list(query_tokens), query_namespace)))
+
+
+# -- the spec ---------------------------------------------------------------------------------------
+
+
+def drive(fn: Callable, args: dict) -> Any:
+    """Call ``fn`` on each query of the case (fresh lists each time); plain answers, mutation noted."""
+    answers = []
+    for q, ns, paths, p in args["calls"]:
+        query, paths = list(q), [(list(t), n) for t, n in paths]
+        before = copy.deepcopy((query, paths))
+        try:
+            got = fn(query, ns, paths, p)
+        except ValueError:
+            got = "ValueError"
+        if (query, paths) != before:
+            return {"mutated": repr(paths)[:300], "call": [q, ns, p]}
+        answers.append(got if isinstance(got, (int, str)) and not isinstance(got, bool) else repr(got)[:200])
+    return answers
+
+
+def compare(got: Any, want: list, args: dict) -> str | None:
+    if isinstance(got, dict) and "mutated" in got:
+        q, ns, p = got["call"]
+        return (f"longest_cached_prefix({q}, {ns!r}, cached_paths, {p}) changed its arguments "
+                f"(cached_paths became {got['mutated']}): a lookup must not modify the cache")
+    for (q, ns, paths, p), g, w in zip(args["calls"], got, want):
+        if g != w:
+            cache = "the lesson's cache" if [list(x) for x in paths] == [list(x) for x in SEED_CACHE] else paths
+            what = "raise ValueError" if w == "ValueError" else f"return {w}"
+            did = "it raised ValueError" if g == "ValueError" else f"it returned {g}"
+            return f"longest_cached_prefix({q}, {ns!r}, {cache}, page_size={p}) should {what}; {did}"
+    return None if got == want else "a different number of answers came back"
+
+
+def _one(q: list, ns: str, p: int, paths: list | None = None) -> list:
+    return [q, ns, [[list(t), n] for t, n in (SEED_CACHE if paths is None else paths)], p]
+
+
+def several_paths(rng: random.Random) -> tuple[list, list[list]]:
+    """Several paths per namespace, shared prefixes of different lengths, the longest one not first.
+
+    Catches "first match wins", "last match overwrites" and "count equal positions" (a path that
+    agrees again after its first difference).
+    """
+    t = rng.sample(range(10, 99), 12)
+    query = t[:9]
+    paths = [
+        (t[:2] + [t[10]], "base"),                          # shares 2 tokens (first in base)
+        (t[:3] + [t[11]] + t[4:9], "base"),                 # shares 3, then agrees again (count-equal trap)
+        (t[:7] + [t[11]], "base"),                          # shares 7: the longest, in the middle
+        (t[:9], "adapter-A"),                               # shares all 9, other namespace
+        (t[:5] + [t[10]], "base"),                          # shares 5 (last in base)
+    ]
+    calls = [[query, "base", [[list(a), n] for a, n in paths], p] for p in (1, 2, 3, 4)]
+    calls.append([query, "adapter-A", [[list(a), n] for a, n in paths], 4])
+    return query, calls
+
+
+def cases(seed: int = 0) -> list[GradedCase]:
+    rng = random.Random(seed)
+    _, several = several_paths(rng)
+    short = _one([1, 2, 3], "base", 2)
+    call = lambda *calls: {"calls": list(calls)}  # noqa: E731
+    return [
+        # Main path: the lesson's three asserts and the lesson's "query shorter than the cache".
+        GradedCase("lesson assert 1: 5 common tokens, page_size 4 → 4", call(_one([1, 2, 3, 4, 5, 8], "base", 4))),
+        GradedCase("lesson assert 2: adapter-A, page_size 2 → 6", call(_one([1, 2, 3, 4, 6, 7], "adapter-A", 2))),
+        GradedCase("lesson assert 3: unknown namespace adapter-B → 0 (the same query in base → 4)",
+                   call(_one([1, 2, 3, 4], "adapter-B", 2), _one([1, 2, 3, 4], "base", 2))),
+        GradedCase("query shorter than the cached path: 3 tokens, page_size 2 → 2", call(short)),
+        # Boundary: hidden edge cases; each also asks for a non-zero answer that only the blanked line earns.
+        GradedCase("page_size <= 0 raises ValueError; page_size 1 reuses the raw match",
+                   call(_one([1, 2], "base", 0), _one([1, 2], "base", -4), _one([1, 2, 3, 4, 5, 8], "base", 1)), "boundary"),
+        GradedCase("empty query → 0; a one-token query → 1", call(_one([], "base", 1), _one([1], "base", 1)), "boundary"),
+        GradedCase("exact-length hit: the whole cached path, a multiple of the page",
+                   call(_one([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", 4), _one([1, 2, 3, 4, 5, 9], "base", 3),
+                        _one([1, 2, 3, 4, 5, 9], "base", 2)), "boundary"),
+        GradedCase("page_size larger than any match → 0; equal to the match → all of it",
+                   call(_one([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", 16), _one([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", 8)),
+                   "boundary"),
+        GradedCase("several paths per namespace: the longest shared prefix wins wherever it stands",
+                   {"calls": several}, "boundary", weight=2),
+        GradedCase("agrees with RadixCache.match_prefix on 200 random caches",
+                   {"calls": [[q, ns, [[list(t), n] for t, n in paths], p]
+                              for q, ns, paths, p in random_cases(200, seed=4 + seed)]}, "boundary", weight=2),
+    ]
+
+
+def _reference(*args: Any) -> int:
+    from .answers_prefix import reference_longest_cached_prefix
+    return reference_longest_cached_prefix(*args)
+
+
+SPEC = ExerciseSpec(
+    id=EXERCISE, title=TITLE, function="longest_cached_prefix", check="check_longest_cached_prefix",
+    reference=_reference, drive=drive, cases=cases, compare=compare,
+    forbidden=("radixlab.*", "reference_longest_cached_prefix", "radix_longest_cached_prefix", "answers_prefix",
+               "RadixCache", "RadixKey", "match_prefix", "page_aligned", "page_size_view"))
+SPECS = [SPEC]
 
 
 def check_longest_cached_prefix(fn: Callable, record: bool = True) -> CheckResult:
-    """Grade exercise 04.1: the lesson's three asserts, a short query, hidden edges, RadixCache agreement."""
-    cache = [(list(t), ns) for t, ns in SEED_CACHE]
-    call = "longest_cached_prefix"
-    fn = own_code(fn, call, reference_longest_cached_prefix, radix_longest_cached_prefix)
-
-    def eq(args: tuple, want: int) -> Callable[[], None]:
-        q, ns, paths, p = args
-        return lambda: expect_equal(fn(q, ns, paths, p), want, f"{call}({q}, {ns!r}, cache, {p})")
-
-    short = ([1, 2, 3], "base", cache, 2)          # query shorter than the cached path
-    cases = [
-        # Main path (2 points): the lesson's asserts and the lesson's "query shorter than the cache".
-        Case("lesson assert 1: 5 common tokens, page_size 4 → 4", eq(([1, 2, 3, 4, 5, 8], "base", cache, 4), 4), 0.5),
-        Case("lesson assert 2: adapter-A, page_size 2 → 6", eq(([1, 2, 3, 4, 6, 7], "adapter-A", cache, 2), 6), 0.5),
-        Case("lesson assert 3: unknown namespace adapter-B → 0", eq(([1, 2, 3, 4], "adapter-B", cache, 2), 0), 0.5),
-        Case("query shorter than the cached path: 3 tokens, page_size 2 → 2", eq(short, 2), 0.5),
-        # Edge cases (1 point), hidden.
-        # Each also asks for a non-zero answer, so that only the blanked line can earn it.
-        Case("page_size <= 0 raises ValueError; page_size 1 reuses the raw match",
-             lambda: (expect_raises(ValueError, lambda: fn([1, 2], "base", cache, 0), f"{call}(..., page_size=0)"),
-                      expect_raises(ValueError, lambda: fn([1, 2], "base", cache, -4), f"{call}(..., page_size=-4)"),
-                      eq(([1, 2, 3, 4, 5, 8], "base", cache, 1), 5)()),
-             0.25, hidden=True),
-        Case("empty query → 0; a one-token query → 1",
-             lambda: (eq(([], "base", cache, 1), 0)(), eq(([1], "base", cache, 1), 1)()), 0.25, hidden=True),
-        Case("exact-length hit: the whole cached path, a multiple of the page",
-             lambda: (eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 4), 8)(),
-                      eq(([1, 2, 3, 4, 5, 9], "base", cache, 3), 6)(),
-                      eq(([1, 2, 3, 4, 5, 9], "base", cache, 2), 6)()),
-             0.25, hidden=True),
-        Case("page_size larger than any match → 0; equal to the match → all of it",
-             lambda: (eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 16), 0)(),
-                      eq(([1, 2, 3, 4, 6, 7, 8, 9], "adapter-A", cache, 8), 8)()),
-             0.25, hidden=True),
-        # Maps back to the source object (1 point): same answers as RadixCache.match_prefix.
-        Case("agrees with RadixCache.match_prefix on 200 random caches", lambda: _agrees_with_radix_cache(fn),
-             1.0, hidden=True, part="mapping"),
-    ]
-    return run_check(EXERCISE, TITLE, cases, record=record)
+    """Grade exercise 04.1: the lesson's asserts, hidden edges, several paths, RadixCache agreement."""
+    return check_exercise(SPEC, fn, record=record)

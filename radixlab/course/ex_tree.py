@@ -1,18 +1,25 @@
 """Exercise 02.1 (notebook 02_cow_split): implement the copy-on-write split of the teaching tree.
 
-The student writes ``split(node, idx) -> suffix_child`` with the seed's semantics. The check plugs
-it into a real ``RadixTree`` in place of ``RadixTree._split`` and compares every resulting tree with
-the reference implementation: keys, values, refs, children and later matches.
+The student writes ``split(node, idx) -> suffix_child`` with the seed's semantics. ``drive`` plugs it
+into a real ``RadixTree`` in place of ``RadixTree._split``, replays requests, and returns the
+resulting tree as plain data (keys, values, refs, children *with their child keys*) plus later
+matches; the check cell and the grader compare that with the same replay run on the reference.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+from typing import Any, Callable
 
 from ..tree import RadixNode, RadixTree
-from .check import Case, CheckResult, expect_equal, own_code, run_check
+from .spec import ExerciseSpec, GradedCase, check_exercise
 
 SplitFn = Callable[[RadixNode, int], RadixNode]
+
+
+def reference_split(node: RadixNode, idx: int) -> RadixNode:
+    """The instructor's answer: radixlab's own ``RadixTree._split`` (grader side only)."""
+    return RadixTree._split(None, node, idx)  # type: ignore[arg-type]
 
 
 def wrong_order_split(node: RadixNode, idx: int) -> RadixNode:
@@ -27,67 +34,128 @@ def wrong_order_split(node: RadixNode, idx: int) -> RadixNode:
     return suffix_child
 
 
-def _snapshot(node: RadixNode) -> tuple:
-    """A comparable picture of a subtree: (key, value, ref, sorted children)."""
-    kids = tuple(sorted(((repr(k), _snapshot(c)) for k, c in node.children.items()), key=lambda kc: kc[0]))
-    value = tuple(sorted(node.value.items())) if isinstance(node.value, dict) else node.value
-    return (tuple(node.key), value, node.ref, kids)
+# -- plain data: what a split did -------------------------------------------------------------------
 
 
-def _tree_with(split: SplitFn) -> RadixTree:
+def plain(x: Any, depth: int = 0) -> Any:
+    """JSON-able copy of a token, key or value (dicts become sorted [k, v] pairs)."""
+    if depth > 20:
+        return "…"
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return [plain(v, depth + 1) for v in x]
+    if isinstance(x, dict):
+        return sorted(([plain(k, depth + 1), plain(v, depth + 1)] for k, v in x.items()), key=repr)
+    return repr(x)
+
+
+def snapshot(node: Any, depth: int = 0) -> dict:
+    """A subtree as plain data, read attribute by attribute (never through methods)."""
+    if depth > 50:
+        raise RecursionError("the tree is deeper than 50 levels: a cycle?")
+    children = getattr(node, "children", None)
+    kids = sorted(((repr(k), snapshot(c, depth + 1)) for k, c in dict(children or {}).items()), key=lambda kc: kc[0])
+    return {"key": plain(list(getattr(node, "key", []))), "value": plain(getattr(node, "value", None)),
+            "ref": plain(getattr(node, "ref", None)), "children": [[k, c] for k, c in kids]}
+
+
+def render(snap: dict, name: str = "root") -> str:
+    """The tree as text *with child keys*, so that two trees that differ anywhere read differently."""
+    lines = [name]
+
+    def walk(s: dict, depth: int) -> None:
+        for k, c in s["children"]:
+            marker = "None" if c["value"] is None else "<kv>"
+            lines.append("   " * depth + f"└─ [{k}] key={c['key']!r}  ref={c['ref']}  value={marker}")
+            walk(c, depth + 1)
+    walk(snap, 0)
+    return "\n".join(lines)
+
+
+def first_difference(got: dict, want: dict, path: str = "root") -> str:
+    """Where two snapshots first differ, in words."""
+    for field in ("key", "value", "ref"):
+        if got[field] != want[field]:
+            return f"at {path}: {field} is {got[field]!r}, expected {want[field]!r}"
+    gk, wk = [k for k, _ in got["children"]], [k for k, _ in want["children"]]
+    if gk != wk:
+        return f"at {path}: children keyed {gk}, expected {wk}"
+    for (k, g), (_, w) in zip(got["children"], want["children"]):
+        found = first_difference(g, w, f"{path} → child {k}")
+        if found:
+            return found
+    return ""
+
+
+def drive(split: SplitFn, args: dict) -> dict:
+    """Run one case with ``split``: a replay through ``RadixTree`` or a direct call; plain data out."""
+    if args["kind"] == "direct":
+        below = RadixNode(["x"], "KV_x", ref=1)
+        node = RadixNode(["sys", "prompt", "A"], "KV_A", {"x": below}, ref=2)
+        suffix = split(node, 2)
+        return {"returned": None if suffix is None else snapshot(suffix), "node": snapshot(node),
+                "child_A_is_returned": suffix is not None and dict(node.children or {}).get("A") is suffix,
+                "keeps_original_children": suffix is not None and dict(getattr(suffix, "children", {}) or {}).get("x") is below}
     tree = RadixTree()
     tree._split = split  # the instance attribute shadows RadixTree._split
-    return tree
-
-
-def _scenario(split: SplitFn | None, requests: list[list]) -> RadixTree:
-    tree = RadixTree() if split is None else _tree_with(split)
-    for tokens in requests:
+    for tokens in args["requests"]:
         tree.insert(tokens, {i: t for i, t in enumerate(tokens)})
-    return tree
+    return {"tree": snapshot(tree.root), "matches": [plain(tree.match_prefix(t)) for t in args["requests"]]}
 
 
-def _same_tree(split: SplitFn, requests: list[list], what: str) -> None:
-    got = _scenario(split, requests)
-    want = _scenario(None, requests)
-    if _snapshot(got.root) != _snapshot(want.root):
-        raise AssertionError(f"{what}: the tree differs from the expected one.\n"
-                             f"expected:\n{want.format()}\ngot:\n{got.format()}")
-    for tokens in requests:
-        expect_equal(got.match_prefix(tokens), want.match_prefix(tokens), f"{what}: match_prefix({tokens})")
-
-
-def _direct_split(split: SplitFn) -> None:
-    below = RadixNode(["x"], "KV_x", ref=1)
-    node = RadixNode(["sys", "prompt", "A"], "KV_A", {"x": below}, ref=2)
-    suffix = split(node, 2)
-    assert suffix is not None, "split must return the new suffix child"
-    expect_equal(node.key, ["sys", "prompt"], "prefix node key after split(node, 2)")
-    expect_equal(node.value, None, "prefix node value (internal nodes hold no KV)")
-    expect_equal(list(node.children), ["A"], "prefix node children keys (the split token 'A')")
-    assert node.children["A"] is suffix, "the prefix node's only child must be the returned suffix"
-    expect_equal(suffix.key, ["A"], "suffix key")
-    expect_equal(suffix.value, "KV_A", "suffix value (it keeps the KV)")
-    expect_equal(suffix.ref, 2, "suffix ref (inherited)")
-    assert suffix.children.get("x") is below, "the suffix must inherit the original children"
+def compare(got: dict, want: dict, args: dict) -> str | None:
+    if got == want:
+        return None
+    if args["kind"] == "direct":
+        if got["returned"] is None:
+            return "split must return the new suffix child, got None"
+        for what, field in (("the prefix node (the node you split)", "node"), ("the returned suffix child", "returned")):
+            where = first_difference(got[field], want[field], "it")
+            if where:
+                return f"split(node, 2) on key ['sys', 'prompt', 'A']: {what} differs {where}"
+        if not got["child_A_is_returned"]:
+            return "the prefix node's only child, under the split token 'A', must be the returned suffix"
+        return "the suffix must inherit the original children (the same child objects)"
+    replay = " then ".join(str(r) for r in args["requests"])
+    where = first_difference(got["tree"], want["tree"])
+    if where:
+        return (f"inserting {replay}: the tree differs {where}.\n"
+                f"expected:\n{render(want['tree'])}\ngot:\n{render(got['tree'])}")
+    for tokens, g, w in zip(args["requests"], got["matches"], want["matches"]):
+        if g != w:
+            return f"inserting {replay}: match_prefix({tokens}) returned {g!r}, expected {w!r}"
+    return "the result differs from the reference"
 
 
 SEED = [["sys", "prompt", "A"], ["sys", "prompt", "B"]]
 
 
-def check_split(split: SplitFn) -> CheckResult:
-    """Check a student's ``split(node, idx)`` against the seed's semantics (exercise 02.1)."""
-    if not callable(split):
-        raise TypeError(f"split must be a function split(node, idx), got {type(split).__name__}")
-    split = own_code(split, "split", RadixTree._split)
-    cases = [
-        Case("seed requests A then B", lambda: _same_tree(split, SEED, "A then B"), points=2),
-        Case("direct split(node, 2): key, value, children, ref", lambda: _direct_split(split)),
-        Case("split at idx=1 of a long edge", lambda: _same_tree(split, [[1, 2, 3, 4, 5], [1, 9]], "idx=1"), hidden=True),
-        Case("split just before the last token", lambda: _same_tree(split, [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6]], "idx=len-1"), hidden=True),
-        Case("split a node that already has children",
-             lambda: _same_tree(split, [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6], [1, 2, 7]], "with children"), hidden=True),
-        Case("three-way fork and a prefix that ends on a boundary",
-             lambda: _same_tree(split, [[5, 6, 7], [5, 6, 8], [5, 9], [5, 6]], "three-way"), hidden=True),
+def cases(seed: int = 0) -> list[GradedCase]:
+    """The seed's replay and a direct call (main), four hidden shapes with tokens drawn from ``seed``."""
+    rng = random.Random(seed)
+    t = rng.sample(range(1, 100), 9) if seed else list(range(1, 10))
+
+    def replay(name: str, requests: list[list[int]], weight: float = 1.0) -> GradedCase:
+        return GradedCase(name, {"kind": "tree", "requests": requests}, "boundary", weight)
+    return [
+        GradedCase("seed requests A then B", {"kind": "tree", "requests": SEED}, weight=2),
+        GradedCase("direct split(node, 2): key, value, children, ref", {"kind": "direct"}),
+        replay("split at idx=1 of a long edge", [t[:5], [t[0], t[8]]]),
+        replay("split just before the last token", [t[:5], t[:4] + [t[5]]]),
+        replay("split a node that already has children", [t[:4], t[:6], [t[0], t[1], t[6]]]),
+        replay("three-way fork and a prefix that ends on a boundary",
+               [[t[4], t[5], t[6]], [t[4], t[5], t[7]], [t[4], t[8]], [t[4], t[5]]]),
     ]
-    return run_check("02.1", "the copy-on-write split", cases)
+
+
+SPEC = ExerciseSpec(
+    id="02.1", title="the copy-on-write split", function="split", check="check_split",
+    reference=reference_split, drive=drive, cases=cases, compare=compare,
+    forbidden=("_split", "reference_split", "RadixTree", "replay"))
+SPECS = [SPEC]
+
+
+def check_split(split: SplitFn, *, record: bool = True) -> Any:
+    """Check a student's ``split(node, idx)`` against the seed's semantics (exercise 02.1)."""
+    return check_exercise(SPEC, split, record=record)

@@ -1,41 +1,51 @@
-"""Grade student submissions: run each notebook in a fresh kernel, score the checks, list the answers.
+"""Grade student submissions: the grader computes every verdict itself; student code only answers.
 
-    python -m radixlab grade SUBMISSION.ipynb [...] [--json FILE|-] [--timeout S] [--total-timeout S]
+    python -m radixlab grade SUBMISSION.ipynb [...] [--json FILE|-] [--timeout S] [--case-timeout S]
+                             [--total-timeout S] [--lesson NN] [--notebooks DIR] [--seed N]
 
 For each submission the grader (1) finds its lesson, the instructor notebook of the same name (or
-title) in ``notebooks/``, and reads from it which exercises and written questions to expect;
-(2) executes the submission top to bottom in a fresh kernel, in an empty temporary folder, with a
-per-cell and a total time limit, errors allowed, and after every cell reads
-``radixlab.course.check.RESULTS`` (the verdicts, hidden cases included) from the kernel; (3) scores
-each exercise by the lesson rubric and lists each written answer for manual marking.
+title, or ``NN_`` number), and the lesson's exercises (``radixlab.course.exercises``: one
+``ExerciseSpec`` each) and written questions; (2) for each exercise, reads the submission *without
+running it* and extracts the exercise function with the imports and helpers it uses
+(``extract.py``), rejecting an answer that uses radixlab's own implementation, patches modules or
+uses reflection (the "write your own" rule); (3) runs that function in a fresh, isolated process on
+inputs the grader chose, with a time limit per case (``runner.py``), and receives plain data back;
+(4) computes the expected answers from its own clean radixlab, compares, and scores each case by the
+course rubric (``rubric.py``), partial credit case by case; (5) lists each written answer for marking
+by hand. Check-cell verdicts, printed lines and anything else in the student's kernel are never read.
 
 Rubric (lesson 4 of the seeds, applied to every exercise and question of the course): code 4 points
-= main path 2 (the seed's visible asserts) + boundary cases 1 (the hidden edge cases) + mapping to
-source objects 1 (manual); each written question 2 points (manual); pass at 80 %. A notebook can
-override the numbers in its metadata: ``{"radixlab": {"rubric": {"main": 2, ...}}}``.
+= main path 2 (the seed's visible asserts) + boundary cases 1 (hidden edge cases, drawn afresh for
+every grading run from ``--seed``) + mapping to source objects 1 (by hand); each written question 2
+points (by hand); pass at 80 %. A notebook can override the numbers in its metadata:
+``{"radixlab": {"rubric": {"main": 2, ...}}}``.
 
-A submission that loops, raises, kills its kernel or lost cells still gets a report with a reason on
-every row; the exit code is 0 unless the grader itself was misused (exit 2).
+Every submission gets a report, with a reason on every row, even when it is missing, unreadable,
+of another lesson, loops, raises or kills its process; the exit code is 0 unless the grader itself
+was misused (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 from .edition import ANSWER_PLACEHOLDER, is_solution_cell
-from .runner import Execution, _text, execute
+from .exercises import all_specs, by_check, for_lesson
+from .extract import course_statements, extract, review
+from .rubric import RUBRIC
+from .runner import run_exercise
+from .spec import ExerciseSpec, outcomes_for
 
-VERDICT = re.compile(r"^[✅⏳❌] Exercise (\S+) \((.*?)\):", re.M)
-SCORE = re.compile(r"Score ([\d.]+)/([\d.]+)")
 CHECK_CALL = re.compile(r"(?<!def )\b(check_\w+)\s*\(")
-DEFAULT_RUBRIC = {"main": 2.0, "boundary": 1.0, "mapping": 1.0, "question": 2.0, "pass_fraction": 0.8}
+DEFAULT_RUBRIC = dict(RUBRIC)
 
 
 class UsageError(Exception):
@@ -49,8 +59,8 @@ class UsageError(Exception):
 class Exercise:
     id: str
     title: str
-    check: str  # the check function the cell calls, e.g. "check_longest_cached_prefix"
-    max_check_score: float | None = None
+    check: str  # the check function the notebook's check cell calls, e.g. "check_longest_cached_prefix"
+    spec: ExerciseSpec | None = None  # None: no grading spec yet, marked by hand
 
 
 @dataclass
@@ -82,6 +92,7 @@ class Lesson:
     rubric: dict
     cells: set[str]  # every instructor cell source (to tell course text from a student's answer)
     problem: str = ""  # why this lesson cannot be graded (raised only when a submission needs it)
+    statements: set[str] = field(default_factory=set)  # every instructor code statement (course text)
 
 
 def _first_heading(nb: nbformat.NotebookNode) -> str:
@@ -92,36 +103,41 @@ def _first_heading(nb: nbformat.NotebookNode) -> str:
 
 
 def load_lesson(path: Path) -> Lesson:
-    """Read the exercises (from the stored check verdicts) and the written questions of one notebook."""
+    """The exercises (the registry's specs for this notebook) and the written questions of one notebook.
+
+    A notebook's exercises are the specs whose id starts with its ``NN`` plus the specs whose check
+    function one of its cells calls; a check call without a spec becomes a row marked by hand.
+    """
     nb = nbformat.read(path, as_version=4)
-    exercises: list[Exercise] = []
     questions: list[Question] = []
-    problem = ""
+    calls: list[str] = []
     for i, cell in enumerate(nb.cells):
         if is_solution_cell(cell):
             prev = nb.cells[i - 1].source.strip() if i > 0 else ""
             label, prompt = _question(prev, len(questions) + 1)
             points = cell.get("metadata", {}).get("radixlab", {}).get("points")
             questions.append(Question(label, prev, prompt, cell.source.strip(), points))
-        if cell.cell_type != "code":
-            continue
-        calls = CHECK_CALL.findall(cell.source)
-        for out in cell.get("outputs", []):
-            text = _text(out)
-            for m in VERDICT.finditer(text):
-                score = SCORE.search(text[m.start():])
-                exercises.append(Exercise(m.group(1), m.group(2), calls[-1] if calls else "",
-                                          float(score.group(2)) if score else None))
-        if calls and not any(e.check == calls[-1] for e in exercises) and not problem:
-            problem = (f"{path}: cell {i} calls {calls[-1]}() but holds no stored verdict; "
-                       "execute the instructor notebook first (make execute-notebooks)")
+        if cell.cell_type == "code":
+            calls += [c for c in CHECK_CALL.findall(cell.source) if c not in calls]
+    number = re.match(r"(\d\d)_", path.name)
+    specs = {s.id: s for s in (for_lesson(number.group(1)) if number else [])}
+    exercises: list[Exercise] = []
+    for name in calls:
+        spec = by_check(name)
+        if spec is not None:
+            specs.pop(spec.id, None)
+        exercises.append(Exercise(spec.id if spec else "?", spec.title if spec else name, name, spec))
+    exercises += [Exercise(s.id, s.title, s.check, s) for s in specs.values()]
+    exercises.sort(key=lambda e: e.id)
     rubric = {**DEFAULT_RUBRIC, **nb.metadata.get("radixlab", {}).get("rubric", {})}
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
     return Lesson(path.stem, path, _first_heading(nb), exercises, questions, rubric,
-                  {c.source.strip() for c in nb.cells if not is_solution_cell(c)},
-                  problem)
+                  {c.source.strip() for c in nb.cells if not is_solution_cell(c)}, "",
+                  course_statements(code))
 
 
-def find_lesson(submission: Path, lessons: list[Lesson], name: str | None = None) -> Lesson:
+def find_lesson(submission: Path, lessons: list[Lesson], name: str | None = None,
+                nb: nbformat.NotebookNode | None = None) -> Lesson:
     """Same file name, else same title, else same ``NN_`` number; ``name`` (--lesson) overrides."""
     if name:
         hits = [l for l in lessons if l.name == Path(name).stem or l.name.startswith(f"{name}_")]
@@ -131,10 +147,7 @@ def find_lesson(submission: Path, lessons: list[Lesson], name: str | None = None
     for lesson in lessons:
         if lesson.name == submission.stem:
             return lesson
-    try:
-        title = _first_heading(nbformat.read(submission, as_version=4))
-    except Exception:
-        title = ""
+    title = _first_heading(nb) if nb is not None else ""
     for lesson in lessons:
         if title and lesson.title == title:
             return lesson
@@ -146,49 +159,83 @@ def find_lesson(submission: Path, lessons: list[Lesson], name: str | None = None
                      "number); pass --lesson NN")
 
 
+def wrong_lesson(sub: nbformat.NotebookNode, lesson: Lesson, lessons: list[Lesson]) -> str:
+    """A warning when the submission's content is another lesson's (e.g. lesson 03 saved as 04)."""
+    title = _first_heading(sub)
+    if not title or title == lesson.title:
+        return ""
+    sources = {c.source.strip() for c in sub.cells}
+    overlap = lambda l: len(sources & l.cells) / max(1, len(l.cells))  # noqa: E731
+    best = max(lessons, key=overlap)
+    if best is not lesson and overlap(best) > max(0.3, overlap(lesson)):
+        return (f"this is lesson {best.name} (its title is {title!r} and {overlap(best):.0%} of its cells are "
+                f"that lesson's), not {lesson.name}: was the wrong notebook handed in?")
+    return ""
+
+
 # -- 2. score (running a submission: runner.py) -----------------------------------------------------
 
 
-def _score_exercise(exp: Exercise, ex: Execution, sub: nbformat.NotebookNode, rubric: dict) -> dict:
-    auto_max = rubric["main"] + rubric["boundary"]
-    row = {"exercise": exp.id, "title": exp.title, "check": exp.check, "points": 0.0, "max_points": auto_max,
-           "manual_points_max": rubric["mapping"], "main_path": 0.0, "boundary": 0.0, "status": "", "reason": "",
-           "check_score": 0.0, "check_max_score": exp.max_check_score, "cases": []}
-    mine = [r for r in ex.results if r["exercise"] == exp.id]
-    if mine:
-        r = mine[-1]
-        row.update(check_score=r["score"], check_max_score=r["max_score"], cases=r["cases"])
-        if r["not_done"]:
-            row.update(status="not done", reason="not done yet: the exercise still raises NotImplementedError")
-            return row
-        part = lambda c: c.get("part") or ("boundary" if c["hidden"] else "main")  # noqa: E731
-        visible = [c for c in r["cases"] if part(c) == "main"]
-        hidden = [c for c in r["cases"] if part(c) == "boundary"]
-        mapping = [c for c in r["cases"] if part(c) == "mapping"]
-        if mapping:  # the check's own evidence for the manual "mapping to source objects" point
-            row["mapping_evidence"] = "passed" if all(c["passed"] for c in mapping) else "failed"
-        frac = lambda cs: sum(c["earned"] for c in cs) / sum(c["points"] for c in cs) if cs else None  # noqa: E731
-        main, boundary = frac(visible), frac(hidden)
-        if boundary is None:  # no hidden cases: the whole code score rides on the visible ones
-            row["main_path"] = round(auto_max * (main or 0), 2)
-        else:
-            row["main_path"] = round(rubric["main"] * (main if main is not None else boundary), 2)
-            row["boundary"] = round(rubric["boundary"] * boundary, 2)
-        row["points"] = round(row["main_path"] + row["boundary"], 2)
-        failed = [c for c in r["cases"] if not c["passed"]]
-        row["status"] = "passed" if not failed else "failed"
-        row["reason"] = "; ".join(f"{'hidden ' if c['hidden'] else ''}'{c['name']}': {c['message']}" for c in failed)
+def _code_cells(sub: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    return [(i, c.source) for i, c in enumerate(sub.cells) if c.cell_type == "code" and c.source.strip()]
+
+
+def _row(exp: Exercise, rubric: dict) -> dict:
+    return {"exercise": exp.id, "title": exp.title, "check": exp.check, "points": 0.0,
+            "max_points": rubric["main"] + rubric["boundary"], "manual_points_max": rubric["mapping"],
+            "main_path": 0.0, "boundary": 0.0, "status": "", "reason": "", "check_score": 0.0,
+            "check_max_score": rubric["main"] + rubric["boundary"], "cases": [], "findings": [], "notes": []}
+
+
+def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, seed: int,
+                   timeouts: dict, execution: dict) -> dict:
+    """Grade one exercise of one submission: extract, review, run in the executor, judge here."""
+    rubric = lesson.rubric
+    row = _row(exp, rubric)
+    spec = exp.spec
+    if spec is None:
+        row.update(status="manual", reason=f"no grading spec for {exp.check}(): mark by hand")
         return row
     calls = [i for i, c in enumerate(sub.cells) if c.cell_type == "code" and exp.check in CHECK_CALL.findall(c.source)]
     if not calls:
-        row.update(status="missing", reason=f"check cell missing: no cell calls {exp.check or 'its check'}() (deleted?)")
+        row["notes"].append(f"check cell missing (no cell calls {exp.check}()): graded anyway")
+    ex = extract(_code_cells(sub), spec.function, lesson.statements)
+    execution["errors"] += [e for e in ex.syntax_errors if e not in execution["errors"]]
+    if ex.problem:
+        row.update(status="missing", reason=ex.problem)
         return row
-    err = next((e for e in ex.errors if e["cell"] == calls[-1]), None)
-    if err:
-        row.update(status="error", reason=f"check cell {calls[-1]} raised {err['ename']}: {err['evalue']}")
-    else:
-        row.update(status="not run", reason=f"check cell {calls[-1]} never ran"
-                   + (f": {ex.stopped}" if ex.stopped else " (it recorded no verdict)"))
+    findings = review(ex, spec.forbidden)
+    if findings:
+        row.update(status="rejected", findings=findings,
+                   reason="not your own code (course rule: write your own; an instructor may override): "
+                          + "; ".join(findings[:3]))
+        return row
+    cases = spec.cases(seed)
+    args = [c.args for c in cases]
+    left = max(1.0, timeouts["total"] - execution["seconds"])
+    run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index) for s in ex.statements], args,
+                       timeouts["case"] or spec.time_limit, timeouts["define"], left)
+    execution["seconds"] = round(execution["seconds"] + run.seconds, 2)
+    execution["cells_run"] = max(execution["cells_run"], len(ex.cells))
+    execution["errors"] += run.errors
+    if run.stopped and not execution["stopped"]:
+        execution["stopped"] = f"{spec.id}: {run.stopped}"
+    if not run.defined:
+        row.update(status="error", reason="the exercise function could not be defined: "
+                   + ("; ".join(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}" for e in run.errors) or run.stopped))
+        return row
+    wants = [spec.drive(spec.reference, a) for a in args]  # the expected answers: the grader's own radixlab
+    result = outcomes_for(spec, cases, run.outcomes, wants, rubric)
+    row["cases"] = [dict(o.__dict__) for o in result.outcomes]
+    row["main_path"], row["boundary"] = result.part_score("main"), result.part_score("boundary")
+    row["points"] = row["check_score"] = result.score
+    row["check_max_score"] = result.max_score
+    if result.not_done:
+        row.update(status="not done", reason="not done yet: every case still raises NotImplementedError")
+        return row
+    failed = [o for o in result.outcomes if not o.passed]
+    row["status"] = "passed" if not failed else "failed"
+    row["reason"] = "; ".join(f"{'hidden ' if o.hidden else ''}'{o.name}': {o.message}" for o in failed)
     return row
 
 
@@ -210,28 +257,40 @@ def _answer(q: Question, lesson: Lesson, sub: nbformat.NotebookNode) -> tuple[st
     return ("answered", answer) if answer else ("blank", "(no answer)")
 
 
-def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_timeout: int = 600) -> dict:
-    """Execute one submission and build its report (a JSON-ready dict)."""
-    report = {"submission": str(path), "lesson": lesson.name, "title": lesson.title, "status": "graded",
-              "rubric": lesson.rubric, "execution": {}, "exercises": [], "questions": []}
-    rubric = lesson.rubric
-    try:
-        sub = nbformat.read(path, as_version=4)
-        for cell in sub.cells:  # normalise what a hand-edited file may lack
-            cell.setdefault("metadata", {})
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-    except Exception as exc:
-        report["status"] = "unreadable"
-        sub, ex = nbformat.v4.new_notebook(), Execution(stopped=f"not a readable notebook: {type(exc).__name__}: {exc}")
+def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60, total_timeout: float = 600,
+                     *, case_timeout: float | None = None, seed: int = 0, lessons: list[Lesson] | None = None,
+                     nb: nbformat.NotebookNode | None = None, problem: str = "") -> dict:
+    """Grade one submission and build its report (a JSON-ready dict). Never raises for a bad submission."""
+    report = {"submission": str(path), "lesson": lesson.name if lesson else "?", "title": lesson.title if lesson else "",
+              "status": "graded", "rubric": lesson.rubric if lesson else dict(DEFAULT_RUBRIC), "grader_seed": seed,
+              "warnings": [], "execution": {"seconds": 0.0, "cells_run": 0, "errors": [], "stopped": ""},
+              "exercises": [], "questions": []}
+    rubric = report["rubric"]
+    sub = nb
+    if sub is None and not problem:
+        try:
+            sub = read_submission(path)
+        except Exception as exc:
+            problem = f"not a readable notebook: {type(exc).__name__}: {_short(str(exc), 200)}"
+    if problem or lesson is None:
+        report["status"] = "unreadable" if "readable" in problem else "not graded"
+        report["execution"]["stopped"] = problem
+        for e in (lesson.exercises if lesson else []):
+            report["exercises"].append({**_row(e, rubric), "status": report["status"], "reason": problem})
+        sub = nbformat.v4.new_notebook()
     else:
-        ex = execute(sub, cell_timeout, total_timeout)
-    report["execution"] = {k: v for k, v in asdict(ex).items() if k != "results"}
-    report["exercises"] = [_score_exercise(e, ex, sub, rubric) for e in lesson.exercises]
-    if report["status"] == "unreadable":
-        for row in report["exercises"]:
-            row.update(status="unreadable", reason="the submission is not a readable notebook")
-    for q in lesson.questions:
+        warning = wrong_lesson(sub, lesson, lessons or [lesson])
+        if warning:
+            report["status"] = "wrong lesson"
+            report["warnings"].append(warning)
+        timeouts = {"define": cell_timeout, "case": case_timeout, "total": total_timeout}
+        for e in lesson.exercises:
+            try:
+                report["exercises"].append(grade_exercise(e, sub, lesson, seed, timeouts, report["execution"]))
+            except Exception as exc:  # a grader bug on one odd submission: a row, not a crashed batch
+                report["exercises"].append({**_row(e, rubric), "status": "error",
+                                            "reason": f"the grader failed on this exercise: {type(exc).__name__}: {exc}"})
+    for q in (lesson.questions if lesson else []):
         status, answer = _answer(q, lesson, sub)
         report["questions"].append({"label": q.label, "question": q.prompt, "status": status, "answer": answer,
                                     "max_points": rubric["question"] if q.points is None else q.points,
@@ -242,6 +301,29 @@ def grade_submission(path: Path, lesson: Lesson, cell_timeout: int = 60, total_t
     report.update(auto_points=round(auto, 2), auto_max=auto_max, manual_max=manual_max, total_max=auto_max + manual_max,
                   pass_mark=round(rubric["pass_fraction"] * (auto_max + manual_max), 2))
     return report
+
+
+def package_fingerprint() -> str:
+    """A hash of radixlab's installed source files: the grader checks that no submission changed them."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """The submission as a notebook (every cell given the fields a hand-edited file may lack)."""
+    sub = nbformat.read(path, as_version=4)
+    for cell in sub.cells:
+        cell.setdefault("metadata", {})
+        cell.setdefault("source", "")
+        if isinstance(cell.source, list):
+            cell.source = "".join(cell.source)
+    return sub
 
 
 # -- 3. print -----------------------------------------------------------------------------------------
@@ -264,7 +346,7 @@ def summary(reports: list[dict]) -> str:
     for r in reports:
         notes = [f"{e['exercise']} {e['status']}" for e in r["exercises"] if e["status"] != "passed"]
         notes += [f"cell {e['cell']} {e['ename']}" for e in r["execution"].get("errors", [])]
-        notes = r["execution"].get("stopped", "") or ", ".join(notes)
+        notes = r["execution"].get("stopped", "") or ", ".join(r.get("warnings", [])[:1] + notes)
         rows.append((Path(r["submission"]).name, r["lesson"], f"{r['auto_points']:g}/{r['auto_max']:g}",
                      f"_/{r['manual_max']:g}", _short(notes, 60)))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -274,24 +356,26 @@ def summary(reports: list[dict]) -> str:
 def format_report(rep: dict) -> str:
     ex = rep["execution"]
     lines = [f"== {rep['submission']}  (lesson {rep['lesson']}: {rep['title']})",
-             f"   ran {ex.get('cells_run', 0)} code cells in {ex.get('seconds', 0):g} s"
-             + (f"; {len(ex.get('errors', []))} cell(s) raised" if ex.get("errors") else "")
+             f"   graded {len(rep['exercises'])} exercise(s) in {ex.get('seconds', 0):g} s (grader seed {rep.get('grader_seed', 0)})"
+             + (f"; {len(ex.get('errors', []))} statement(s) raised" if ex.get("errors") else "")
              + (f"; stopped: {ex['stopped']}" if ex.get("stopped") else "")]
+    lines += [f"   ⚠ {w}" for w in rep.get("warnings", [])]
     for e in ex.get("errors", [])[:5]:
         lines.append(f"   cell {e['cell']}: {e['ename']}: {_short(e['evalue'], 80)}")
     rows = [("item", "kind", "points", "notes")]
     for r in rep["exercises"]:
         mark = {"passed": "✅", "failed": "❌", "not done": "⏳"}.get(r["status"], "⛔")
-        note = f"{mark} {r['status']}" + (f" (check {r['check_score']:g}/{r['check_max_score']:g})"
-                                          if r["check_max_score"] and r["status"] in ("passed", "failed") else "")
         rows.append((f"Exercise {r['exercise']} {r['title']}", "code", f"{r['points']:g}/{r['max_points']:g}",
-                     note + (f": {_short(r['reason'], 90)}" if r["reason"] else "")))
+                     f"{mark} {r['status']}" + (f": {_short(r['reason'], 90)}" if r["reason"] else "")))
         if r["status"] in ("passed", "failed"):
             rows.append(("  main path (seed asserts)", "", f"{r['main_path']:g}", ""))
             rows.append(("  boundary cases (hidden)", "", f"{r['boundary']:g}", ""))
-        evidence = r.get("mapping_evidence")
-        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}",
-                     "mark by hand" + (f" (its automatic case {evidence})" if evidence else "")))
+            for c in r["cases"]:
+                if not c["passed"]:
+                    rows.append((f"    ✗ {_short(c['name'], 50)}", "", f"0/{c['points']:g}", _short(c["message"], 90)))
+        for note in r.get("notes", []):
+            rows.append(("  note", "", "", note))
+        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
     for q in rep["questions"]:
         rows.append((f"{q['label']} {_short(_question_text(q), 40)}", "written", f"_/{q['max_points']:g}",
                      q["status"] if q["status"] != "answered" else f"answered ({len(q['answer'].split())} words)"))
@@ -313,38 +397,70 @@ def default_notebooks_dir() -> Path:
     return here if here.is_dir() else Path(__file__).resolve().parents[2] / "notebooks"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m radixlab grade", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m radixlab grade", description=__doc__.split("\n\n")[0],
+                                epilog="See the README, section 'For instructors', for how grading works.")
     p.add_argument("submissions", nargs="+", help="student notebooks (.ipynb)")
     p.add_argument("--notebooks", type=Path, default=None, help="instructor edition folder (default: notebooks/)")
     p.add_argument("--lesson", help="grade every submission as this lesson (NN or file name)")
-    p.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
-    p.add_argument("--total-timeout", type=int, default=600, help="seconds per notebook (default 600)")
+    p.add_argument("--timeout", type=float, default=60,
+                   help="seconds to define an exercise function with its imports and helpers (default 60)")
+    p.add_argument("--case-timeout", type=float, default=None,
+                   help="seconds per graded case (default: each exercise's own limit, 10 s)")
+    p.add_argument("--total-timeout", type=float, default=600, help="seconds per notebook (default 600)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed for the hidden cases (default: a fresh one per run, printed in the report)")
     p.add_argument("--json", dest="json_out", help="also write the reports as JSON to FILE ('-' = stdout only JSON)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         folder = args.notebooks or default_notebooks_dir()
         if not folder.is_dir():
             raise UsageError(f"instructor notebooks folder not found: {folder} (pass --notebooks DIR)")
+        if args.timeout <= 0 or args.total_timeout <= 0 or (args.case_timeout is not None and args.case_timeout <= 0):
+            raise UsageError("--timeout, --case-timeout and --total-timeout must be positive")
+        all_specs()  # import every exercise module before any student code runs
         lessons = [load_lesson(f) for f in sorted(folder.glob("*.ipynb"))]
         if not lessons:
             raise UsageError(f"no notebooks in {folder}")
-        if args.timeout < 1 or args.total_timeout < 1:
-            raise UsageError("--timeout and --total-timeout must be positive")
-        jobs = []
-        for s in map(Path, args.submissions):
-            if not s.is_file():
-                raise UsageError(f"submission not found: {s}")
-            lesson = find_lesson(s, lessons, args.lesson)
-            if lesson.problem:
-                raise UsageError(lesson.problem)
-            jobs.append((s, lesson))
+        if args.lesson:
+            find_lesson(Path(args.lesson), lessons, args.lesson)  # an unknown --lesson is misuse
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    reports = []
-    for s, lesson in jobs:
-        rep = grade_submission(s, lesson, args.timeout, args.total_timeout)
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big")
+    jobs = []
+    for s in map(Path, args.submissions):  # read every file before running anything (a run cannot rewrite them)
+        nb, problem, lesson = None, "", None
+        if not s.is_file():
+            problem = "submission not found"
+        else:
+            try:
+                nb = read_submission(s)
+            except Exception as exc:
+                problem = f"not a readable notebook: {type(exc).__name__}: {_short(str(exc), 200)}"
+        try:
+            lesson = find_lesson(s, lessons, args.lesson, nb)
+        except UsageError as exc:
+            problem = problem or str(exc)
+        jobs.append((s, lesson, nb, problem))
+    reports, fingerprint, tampered = [], package_fingerprint(), ""
+    for s, lesson, nb, problem in jobs:
+        if tampered:
+            problem = f"not graded: radixlab's files changed while grading {tampered}; reinstall radixlab"
+        rep = grade_submission(s, lesson, args.timeout, args.total_timeout, case_timeout=args.case_timeout,
+                               seed=seed, lessons=lessons, nb=nb, problem=problem)
+        if not tampered and package_fingerprint() != fingerprint:
+            tampered = str(s)
+            rep["status"] = "tampered"
+            rep["warnings"].append("radixlab's installed files changed while this submission ran: its grades "
+                                   "and every later one are void; reinstall radixlab and grade again")
+            for r in rep["exercises"]:
+                r.update(points=0.0, main_path=0.0, boundary=0.0, status="tampered", reason=rep["warnings"][-1])
+            rep["auto_points"] = 0.0
         reports.append(rep)
         if args.json_out != "-":
             print(format_report(rep) + "\n", flush=True)
@@ -352,9 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(reports))
     doc = {"grader": "radixlab", "reports": reports}
     if args.json_out == "-":
-        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
     elif args.json_out:
-        Path(args.json_out).write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+        Path(args.json_out).write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
         print(f"wrote {args.json_out}")
     return 0
 

@@ -1,121 +1,179 @@
-"""Run a submission in a fresh kernel for the grader: time limits, errors allowed, verdicts read live.
+"""The untrusted executor: run a student's exercise function on grader-chosen inputs, get plain data back.
 
-``execute`` runs every code cell with a per-cell and a total time limit, interrupts a cell that runs
-past its limit, survives a dead or stuck kernel, and after every cell reads
-``radixlab.course.check.RESULTS`` from the kernel, so a later hang or crash loses no earlier verdict.
-Used by ``radixlab.course.grade``.
+``run_exercise`` starts a fresh Python process (isolated mode, an empty temporary folder as its
+working directory), sends it the graded program (the statements ``extract`` chose) and the cases'
+arguments, and reads back one line per case: the plain data ``spec.drive`` returned, or how the case
+failed (not done, raised, timed out). Every case has a time limit; a case that runs past it (or
+kills the process) is recorded and a new process continues with the next case. The process never
+sees an expected value or a verdict: the grader computes those itself (``grade.py``). Whatever the
+student's code does inside the process can only change the answers it reports.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import os
+import secrets
+import selectors
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
-import nbformat
+EXECUTOR = r'''
+import ast, builtins, json, os, sys, time
+job = json.loads(sys.stdin.readline())
+out = os.fdopen(os.dup(1), "w")        # the answer channel: a private copy of stdout...
+os.dup2(2, 1)                          # ...while fd 1 (and print) go to stderr, never to the grader
+sys.stdout = sys.stderr
+nonce, dumps, write, flush, perf = job["nonce"], json.dumps, out.write, out.flush, time.perf_counter
 
-MARK = "@@RADIXLAB-GRADER-RESULTS@@"
-COLLECT = ("import sys as _rl_sys, json as _rl_json\n"
-           "_rl_m = _rl_sys.modules.get('radixlab.course.check')\n"
-           f"print({MARK!r} + _rl_json.dumps([r.to_dict() for r in getattr(_rl_m, 'RESULTS', [])], default=str))")
+def emit(obj):
+    write(nonce + dumps(obj, default=repr) + "\n")
+    flush()
 
-
-def _text(output: dict) -> str:
-    if output.get("output_type") == "stream":
-        return output.get("text", "")
-    return output.get("data", {}).get("text/plain", "")
+from radixlab.course.exercises import all_specs
+from radixlab.course.spec import run_case
+spec = all_specs()[job["exercise"]]
+ns = {"__name__": "__main__", "__builtins__": builtins}
+trees = {}
+for cell, index in job["statements"]:
+    if cell not in trees:
+        trees[cell] = ast.parse(job["cells"][str(cell)])
+    stmt = trees[cell].body[index]
+    try:
+        exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec"), ns)
+    except BaseException as exc:
+        emit({"def_error": {"cell": cell, "ename": type(exc).__name__, "evalue": str(exc)[:300]}})
+fn = ns.get(job["function"])
+emit({"defined": callable(fn)})
+if callable(fn):
+    for k in range(job["start"], len(job["cases"])):
+        t0 = perf()
+        outcome = run_case(spec, fn, job["cases"][k], job["time_limit"])
+        outcome.update(case=k, seconds=perf() - t0)
+        emit(outcome)
+emit({"done": True})
+'''
 
 
 @dataclass
-class Execution:
+class ExerciseRun:
+    outcomes: list[dict]  # per case: {"answer": …} | {"not_done": True} | {"raised": …} | {"timeout": s} | {"error": …}
+    defined: bool = False
+    errors: list[dict] = field(default_factory=list)  # {cell, ename, evalue}: statements that raised while defining
     seconds: float = 0.0
-    cells_run: int = 0
-    errors: list[dict] = field(default_factory=list)  # {cell, ename, evalue}
-    stopped: str = ""  # why execution stopped early ("" when it ran to the end)
-    results: list[dict] = field(default_factory=list)  # RESULTS as dicts, hidden cases included
+    stopped: str = ""
+    processes: int = 0
 
 
-def execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: int) -> Execution:
-    """Run ``nb`` (mutated: outputs replaced) in a fresh kernel; never raises for student errors."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # the usual case: the command line
-        return asyncio.run(_execute(nb, cell_timeout, total_timeout))
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from a notebook: its loop is busy
-        return pool.submit(asyncio.run, _execute(nb, cell_timeout, total_timeout)).result()
-
-
-async def _execute(nb: nbformat.NotebookNode, cell_timeout: int, total_timeout: int) -> Execution:
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
-    ex, index = Execution(), -1
-    replies: dict[int, dict] = {}
-    workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
-    os.environ.setdefault("RADIXLAB_DEVICE", "cpu")
-    client = NotebookClient(nb, kernel_name="python3", allow_errors=True, interrupt_on_timeout=True,
-                            timeout=cell_timeout, iopub_timeout=2, shutdown_kernel="immediate",
-                            error_on_timeout={"ename": "Timeout", "evalue": "", "traceback": []},
-                            resources={"metadata": {"path": workdir}},
-                            on_cell_executed=lambda cell, cell_index, execute_reply: replies.__setitem__(cell_index, execute_reply))
+def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list[tuple[int, int]],
+                 cases: list, case_timeout: float, define_timeout: float = 60.0,
+                 total_timeout: float = 600.0) -> ExerciseRun:
+    """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes."""
+    run = ExerciseRun([{} for _ in cases])
     t0 = time.monotonic()
+    start = 0
+    while True:
+        left = total_timeout - (time.monotonic() - t0)
+        if left < 1:
+            run.stopped = f"total time limit ({total_timeout:g} s) reached"
+            break
+        run.processes += 1
+        nxt = _one_process(run, exercise, function, cells, statements, cases, start, case_timeout,
+                           min(define_timeout, left), t0 + total_timeout)
+        if nxt is None or nxt >= len(cases) or not run.defined:
+            break
+        start = nxt
+    for k, o in enumerate(run.outcomes):
+        if not o:
+            run.outcomes[k] = {"error": run.stopped or "the executor stopped before this case"}
+    run.seconds = round(time.monotonic() - t0, 2)
+    return run
+
+
+def _one_process(run: ExerciseRun, exercise: str, function: str, cells: dict[int, str],
+                 statements: list[tuple[int, int]], cases: list, start: int, case_timeout: float,
+                 define_timeout: float, hard_deadline: float) -> int | None:
+    """One executor process from case ``start``; returns the case to resume at, or None when finished."""
+    nonce = secrets.token_hex(8)
+    workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "RADIXLAB_DEVICE": "cpu",
+           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    job = {"nonce": nonce, "exercise": exercise, "function": function, "cells": {str(k): v for k, v in cells.items()},
+           "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout}
+    proc = subprocess.Popen([sys.executable, "-I", "-c", EXECUTOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True)
     try:
-        async with client.async_setup_kernel(stderr=subprocess.DEVNULL):  # no kernel warnings per student
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code" or not cell.source.strip():
+        proc.stdin.write((json.dumps(job) + "\n").encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf, phase_deadline = b"", time.monotonic() + define_timeout + 20  # + the import of radixlab and torch
+    current = start
+    try:
+        while True:
+            now = time.monotonic()
+            deadline = min(phase_deadline, hard_deadline)
+            if now >= deadline:
+                if not run.defined:
+                    run.errors.append({"cell": None, "ename": "Timeout",
+                                       "evalue": f"defining {function} ran past {define_timeout:g} s"})
+                    run.stopped = f"defining {function} ran past {define_timeout:g} s"
+                    return None
+                if now >= hard_deadline:
+                    run.stopped = "total time limit reached"
+                    return None
+                run.outcomes[current] = {"timeout": case_timeout, "seconds": case_timeout}
+                return current + 1
+            if not sel.select(timeout=deadline - now):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:  # the process ended
+                if not run.defined:
+                    run.stopped = run.stopped or f"the executor exited while defining {function}"
+                    return None
+                if current < len(cases):
+                    run.outcomes[current] = {"raised": "the process exited (exit() or a crash) during this case"}
+                    return current + 1
+                return None
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                text = line.decode("utf-8", "replace")
+                if not text.startswith(nonce):
                     continue
-                left = total_timeout - (time.monotonic() - t0)
-                if left < 1:
-                    ex.stopped = f"total time limit ({total_timeout} s) reached before cell {index}"
-                    break
-                limit = int(max(1, min(cell_timeout, left)))
-                client.timeout = limit
-                started = time.monotonic()
-                try:
-                    await asyncio.wait_for(client.async_execute_cell(cell, index), limit + 30)
-                except asyncio.TimeoutError:
-                    ex.stopped = f"cell {index} could not be stopped after {limit} s; kernel abandoned"
-                    break
-                ex.cells_run += 1
-                content = (replies.pop(index, None) or {}).get("content", {})
-                if content.get("status") == "error":
-                    if content.get("ename") == "Timeout" or time.monotonic() - started >= limit:
-                        ex.errors.append({"cell": index, "ename": "Timeout", "evalue": f"ran past {limit} s; interrupted"})
-                    else:
-                        ex.errors.append({"cell": index, "ename": content.get("ename", "Error"),
-                                          "evalue": str(content.get("evalue", ""))[:300]})
-                if not await _collect(client, ex):
-                    ex.stopped = (f"kernel still busy after cell {index} was interrupted "
-                                  "(does the code catch KeyboardInterrupt?)")
-                    break
-    except DeadKernelError:
-        ex.stopped = f"the kernel died (at cell {index})"
-    except Exception as exc:  # a broken kernel start etc.: still a report, never a crash
-        ex.stopped = f"execution failed: {type(exc).__name__}: {exc}"
-    ex.seconds = round(time.monotonic() - t0, 2)
-    shutil.rmtree(workdir, ignore_errors=True)
-    return ex
-
-
-async def _collect(client, ex: Execution) -> bool:
-    """Read RESULTS from the kernel into ``ex.results``; False when the kernel does not answer."""
-    probe = nbformat.v4.new_code_cell(COLLECT)
-    client.timeout = 15
-    client.nb.cells.append(probe)  # nbclient stores the executed cell back at its index
-    try:
-        await asyncio.wait_for(client.async_execute_cell(probe, len(client.nb.cells) - 1, store_history=False), 45)
-    except asyncio.TimeoutError:
-        return False
+                msg = json.loads(text[len(nonce):])
+                if "def_error" in msg:
+                    run.errors.append(msg["def_error"])
+                elif "defined" in msg:
+                    run.defined = bool(msg["defined"])
+                    phase_deadline = time.monotonic() + case_timeout + 5
+                elif "case" in msg:
+                    k = msg.pop("case")
+                    if k == current and not run.outcomes[k]:
+                        run.outcomes[k] = msg
+                        current += 1
+                        phase_deadline = time.monotonic() + case_timeout + 5
+                elif "done" in msg:
+                    return None
     finally:
-        client.nb.cells.pop()
-    text = "".join(_text(o) for o in probe.outputs)
-    if MARK not in text:  # the probe itself timed out: the kernel is still stuck in the student's cell
-        return False
-    ex.results = json.loads(text.split(MARK, 1)[1].strip().splitlines()[0])
-    return True
+        sel.close()
+        _kill(proc)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    proc.wait()
+    if proc.stdout:
+        proc.stdout.close()

@@ -23,7 +23,7 @@ writes into another request's half-filled page).
 from __future__ import annotations
 
 import time
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any, Sequence
 
 import torch
@@ -32,6 +32,7 @@ from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..hash_cache import HashBlockCache
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
+from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
 from .schedule_policy import POLICIES, OrderingPolicy, ceil_page
@@ -46,15 +47,6 @@ def _make_policy(name: str, tree_cache: Any, seed: int) -> Any:
     return cls(tree_cache, seed) if issubclass(cls, OrderingPolicy) else cls(tree_cache)
 
 
-DEFAULT_SAMPLING_PARAMS = {"max_new_tokens": 16, "temperature": 0.0}
-SAMPLING_KEYS = {"max_new_tokens", "temperature", "top_k", "top_p", "sampling_seed", "ignore_eos", "stop_token_ids"}
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
 
 class _PartialPageAllocator(TokenToKVPoolAllocator):
     """Unsafe mode only: pages are shared by several owners, so a free of a page already freed is ignored."""
@@ -67,15 +59,24 @@ class _PartialPageAllocator(TokenToKVPoolAllocator):
 
 
 class Engine:
-    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring."""
+    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring.
+
+    ``page_size``: slots per KV page. ``max_total_tokens``: KV slots in the pool (rounded down to whole
+    pages). ``max_running_requests``: request rows. ``disable_radix_cache``: no reuse (the baseline).
+    ``chunked_prefill_size``: most prompt tokens per prefill batch, longer prompts go in chunks (None:
+    no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
+    request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
+    per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
+    (``"output_logits"``; for tests and notebook 07). The engine runs on the model's device.
+    """
 
     def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
                  max_running_requests: int = 32, disable_radix_cache: bool = False,
                  chunked_prefill_size: int | None = None, max_prefill_tokens: int = 16384,
                  schedule_policy: str = "fcfs", prefix_cache: str = "radix", random_seed: int = 0,
-                 device: str | torch.device | None = None,
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
-                 unsafe_share_partial_pages: bool = False) -> None:
+                 unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
+                 device_backend: str | None = None) -> None:
         # 1. Validate every argument before building anything.
         if not hasattr(model, "forward") or not hasattr(model, "config"):
             raise ValueError(f"model must be a radixlab model (load_model('tiny')), got {type(model).__name__}")
@@ -106,8 +107,8 @@ class Engine:
                              f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
         self.prefix_cache = prefix_cache
         self.random_seed = _check_int(random_seed, "random_seed", 0)
-        self.device = torch.device(device) if device is not None else model.device
-        self.model = model.to(self.device)
+        self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
+        self.model = model
         self.disable_radix_cache = disable_radix_cache
         self.unsafe_ignore_lora_namespace = unsafe_ignore_lora_namespace
         self.unsafe_share_partial_pages = unsafe_share_partial_pages
@@ -136,6 +137,14 @@ class Engine:
                                    chunked_prefill_size=chunked_prefill_size,
                                    max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,
                                    keep_logits=keep_logits)
+        # 4. Notebook 08: the overlap loop (or the normal loop on a device backend) — overlap_scheduler.py.
+        if not isinstance(disable_overlap_schedule, bool):
+            raise ValueError(f"disable_overlap_schedule must be a bool, got {disable_overlap_schedule!r}")
+        self.disable_overlap_schedule = disable_overlap_schedule
+        self.device_backend = None
+        if not disable_overlap_schedule or device_backend is not None:
+            from .overlap_scheduler import attach_backend
+            self.device_backend = attach_backend(self, device_backend)
         self._num_reqs = 0
         self._closed = False
 
@@ -160,18 +169,44 @@ class Engine:
         Every prompt is checked before anything runs; a bad one raises ``ValueError`` naming its index.
         """
         start = time.perf_counter()
-        if self._closed:
-            raise RuntimeError("engine has been shut down")
-        single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
-        for req in reqs:
-            self.scheduler.add_request(req)
+        single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
         try:
-            self.scheduler.event_loop_normal()
+            if self.disable_overlap_schedule:
+                self.scheduler.event_loop_normal()
+            else:
+                self.scheduler.event_loop_overlap()
         except BaseException:
             self.scheduler.abort_all()  # nothing stays locked or allocated
             raise
         outputs = [self._output(r, start) for r in reqs]
         return outputs[0] if single else outputs
+
+    def add_requests(self, prompts: Any, sampling_params: dict | Sequence[dict] | None = None,
+                     extra_key: str | Sequence[str | None] | None = None,
+                     lora_path: str | Sequence[str | None] | None = None) -> list[Req]:
+        """Queue requests without running them (same arguments and checks as ``generate``); drive
+        the loop with ``step()`` to watch the pools between steps (notebook 07)."""
+        return self._submit(prompts, sampling_params, extra_key, lora_path, time.perf_counter())[1]
+
+    def step(self) -> Any:
+        """One iteration of the normal loop: schedule → run → process. Returns the batch that ran
+        (``None`` when there was nothing to do)."""
+        if not self.scheduler.has_work():
+            return None
+        try:
+            batch = self.scheduler.get_next_batch_to_run()
+            if batch is not None:
+                self.scheduler.process_batch_result(batch, self.scheduler.run_batch(batch))
+        except BaseException:
+            self.scheduler.abort_all()
+            raise
+        return batch
+
+    def result(self, req: Req) -> dict:
+        """``generate``'s dict for a request queued with ``add_requests`` that has finished."""
+        if not req.is_done():
+            raise ValueError(f"request {req.rid!r} has not finished yet")
+        return self._output(req, req.created_time)
 
     def flush_cache(self) -> bool:
         """Empty the tree: every cached slot goes back to the allocator (SGLang: ``Engine.flush_cache``)."""
@@ -185,6 +220,8 @@ class Engine:
     def shutdown(self) -> None:
         """Release the pools. The engine cannot generate afterwards."""
         if not self._closed:
+            if self.device_backend is not None:
+                self.device_backend.shutdown()
             self.flush_cache()
             self.token_to_kv_pool.k_buffer.clear()
             self.token_to_kv_pool.v_buffer.clear()
@@ -204,6 +241,15 @@ class Engine:
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _submit(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
+                start: float) -> tuple[bool, list[Req]]:
+        if self._closed:
+            raise RuntimeError("engine has been shut down")
+        single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
+        for req in reqs:
+            self.scheduler.add_request(req)
+        return single, reqs
+
     def _make_reqs(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
                    start: float) -> tuple[bool, list[Req]]:
         single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple, torch.Tensor)) and len(prompts) > 0
@@ -214,14 +260,14 @@ class Engine:
         if not isinstance(items, (list, tuple)) or not items:
             raise ValueError(f"prompts must be a string, a list of token ids, or a non-empty list of those; got {prompts!r:.60}")
         n = len(items)
-        params = self._per_prompt(sampling_params if sampling_params is not None else DEFAULT_SAMPLING_PARAMS,
+        params = per_prompt(sampling_params if sampling_params is not None else DEFAULT_SAMPLING_PARAMS,
                                   n, "sampling_params", dict)
-        keys = self._per_prompt(extra_key, n, "extra_key", str)
-        loras = self._per_prompt(lora_path, n, "lora_path", str)
+        keys = per_prompt(extra_key, n, "extra_key", str)
+        loras = per_prompt(lora_path, n, "lora_path", str)
         reqs = []
         for i, (prompt, sp, key, lora) in enumerate(zip(items, params, keys, loras)):
             ids = self._token_ids(prompt, i)
-            sp = self._sampling(sp, i)
+            sp = normalize_sampling_params(sp, i)
             if lora is not None and lora not in getattr(self.model, "adapters", {}):
                 raise ValueError(f"prompt {i}: lora_path {lora!r} is not an adapter of this model "
                                  f"(known: {sorted(getattr(self.model, 'adapters', {}))})")
@@ -239,14 +285,6 @@ class Engine:
                             sampling_seed=self.random_seed + self._num_reqs if seed is None else seed, **sp))
         return single, reqs
 
-    @staticmethod
-    def _per_prompt(value: Any, n: int, name: str, kind: type) -> list:
-        if value is None or isinstance(value, kind):
-            return [dict(value) if isinstance(value, dict) else value] * n
-        if isinstance(value, (list, tuple)) and len(value) == n and all(v is None or isinstance(v, kind) for v in value):
-            return [dict(v) if isinstance(v, dict) else v for v in value]
-        raise ValueError(f"{name} must be one {kind.__name__} or a list of {n} (one per prompt), got {value!r:.80}")
-
     def _token_ids(self, prompt: Any, i: int) -> list[int]:
         if isinstance(prompt, str):
             ids = list(self.tokenizer.encode(prompt))
@@ -261,35 +299,6 @@ class Engine:
         if bad:
             raise ValueError(f"prompt {i} holds token id {bad[0]}, outside the vocabulary (0 .. {vocab - 1})")
         return ids
-
-    @staticmethod
-    def _sampling(sp: dict, i: int) -> dict:
-        unknown = set(sp) - SAMPLING_KEYS
-        if unknown:
-            raise ValueError(f"prompt {i}: unknown sampling_params {sorted(unknown)}; known: {sorted(SAMPLING_KEYS)}")
-        out = {"max_new_tokens": sp.get("max_new_tokens", 16), "temperature": sp.get("temperature", 0.0)}
-        mnt = out["max_new_tokens"]
-        if isinstance(mnt, bool) or not isinstance(mnt, Integral) or mnt < 0:
-            raise ValueError(f"prompt {i}: max_new_tokens must be an int >= 0, got {mnt!r}")
-        t = out["temperature"]
-        if isinstance(t, bool) or not isinstance(t, Real) or t < 0:
-            raise ValueError(f"prompt {i}: temperature must be a number >= 0, got {t!r}")
-        out["temperature"] = float(t)
-        if "top_k" in sp:
-            if isinstance(sp["top_k"], bool) or not isinstance(sp["top_k"], Integral) or sp["top_k"] == 0 or sp["top_k"] < -1:
-                raise ValueError(f"prompt {i}: top_k must be -1 (all) or a positive int, got {sp['top_k']!r}")
-            out["top_k"] = int(sp["top_k"])
-        if "top_p" in sp:
-            if isinstance(sp["top_p"], bool) or not isinstance(sp["top_p"], Real) or not 0 < sp["top_p"] <= 1:
-                raise ValueError(f"prompt {i}: top_p must be in (0, 1], got {sp['top_p']!r}")
-            out["top_p"] = float(sp["top_p"])
-        if sp.get("sampling_seed") is not None:
-            out["sampling_seed"] = _check_int(sp["sampling_seed"], f"prompt {i}: sampling_seed", 0)
-        if "ignore_eos" in sp:
-            out["ignore_eos"] = bool(sp["ignore_eos"])
-        if sp.get("stop_token_ids"):
-            out["stop_token_ids"] = frozenset(int(t) for t in sp["stop_token_ids"])
-        return out
 
     def _output(self, req: Req, start: float) -> dict:
         try:

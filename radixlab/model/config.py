@@ -70,9 +70,20 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        """From a Hugging Face ``config.json``-style dict; keys this model does not use are ignored."""
+        """From a Hugging Face ``config.json``-style dict; keys this model does not use are ignored.
+
+        Reads ``rope_theta`` at the top level (transformers 4) or inside ``rope_parameters``
+        (transformers 5); a rope scaling other than the plain ``"default"`` is refused, not ignored.
+        """
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        out = {k: v for k, v in d.items() if k in names}
+        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind != "default":
+            raise ValueError(f"rope scaling {kind!r} is not supported (only plain rotary positions)")
+        if "rope_theta" in rope:
+            out.setdefault("rope_theta", rope["rope_theta"])
+        return cls(**out)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -111,6 +111,11 @@ class ForwardBatch:
                    extend_prefix_lens=tensor(prefix_lens), extend_seq_lens=tensor(ext),
                    out_cache_loc=tensor(out_cache_loc), lora_ids=None if lora_ids is None else list(lora_ids))
 
+    @property
+    def seq_lens_sum(self) -> int:
+        """Total tokens the batch attends over (SGLang keeps it as a field)."""
+        return int(self.seq_lens.sum())
+
     def last_token_indices(self) -> torch.Tensor:
         """Index into the batch's new tokens (and into ``model.forward``'s logits) of each request's last token."""
         return torch.cumsum(self.extend_seq_lens, 0) - 1

@@ -3,13 +3,13 @@
 ``RadixAttention`` (SGLang's name, ``sglang/srt/layers/radix_attention.py``) is where the KV pool
 becomes real: it writes the new tokens' K/V into ``MHATokenToKVPool`` at ``out_cache_loc`` and
 reads each request's whole K/V — cached prefix and new tokens — through the request's row,
-``req_to_token[req_pool_idx, :seq_len]``. Plain torch (gather + ``scaled_dot_product_attention``),
+``req_to_token[req_pool_idx, :seq_len]``. Plain torch (a gather, then attention written out),
 one request at a time: slow, but every index is visible. Notebook 07_kv_memory_pool teaches it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.nn.functional as F
@@ -75,21 +75,39 @@ class LlamaMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
-          mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
-    """Attention of ``q`` ``[Tq, H, D]`` over ``k, v`` ``[Tk, Hkv, D]``; each KV head serves
-    ``H // Hkv`` query heads (grouped-query attention). Returns ``[Tq, H, D]``."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
+              q_positions: torch.Tensor) -> torch.Tensor:
+    """Causal attention of queries ``q`` ``[Tq, H, D]`` at ``q_positions`` over keys/values
+    ``k, v`` ``[Tk, Hkv, D]`` at positions ``0 .. Tk-1``: query at position p sees keys 0..p.
+
+    Grouped-query attention: each KV head serves ``H // Hkv`` consecutive query heads. Written out
+    (scores, mask, softmax in fp32, weighted sum) rather than ``F.scaled_dot_product_attention``:
+    the same few lines serve the dense and the pool path, and on a small CPU model they are faster.
+    """
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, is_causal=is_causal, scale=scaling)
-    return out.transpose(0, 1)
+    q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # heads first: [H, T, D]
+    scores = (q @ k.transpose(1, 2)).float() * scaling                  # [H, Tq, Tk]
+    allowed = torch.arange(k.shape[1], device=q.device)[None, :] <= q_positions[:, None]
+    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1).to(v.dtype)
+    return (probs @ v).transpose(0, 1)                                  # [Tq, H, D]
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float) -> torch.Tensor:
     """Plain causal attention over one sequence (``forward_dense``, no pool)."""
-    return _sdpa(q, k, v, scaling, None, is_causal=True)
+    return attention(q, k, v, scaling, torch.arange(q.shape[0], device=q.device))
+
+
+def gather_kv(req_to_token: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
+              req_pool_idx: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A request's K and V, ``[seq_len, kv_heads, head_dim]`` each, in position order.
+
+    The request's row names the slot of each of its tokens, prefix included: position ``p`` lives
+    in slot ``req_to_token[req_pool_idx, p]``, and its K/V in that row of the layer's buffers.
+    """
+    slots = req_to_token[req_pool_idx, :seq_len]
+    return k_buffer[slots], v_buffer[slots]
 
 
 class RadixAttention(nn.Module):
@@ -102,6 +120,8 @@ class RadixAttention(nn.Module):
         super().__init__()
         self.tp_q_head_num, self.tp_k_head_num = num_heads, num_kv_heads  # SGLang's attribute names
         self.head_dim, self.scaling, self.layer_id = head_dim, scaling, layer_id
+        # Exercise 07.1's check plugs a student's gather in here (same signature as ``gather_kv``).
+        self.gather_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gather_kv
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
                 req_to_token_pool: "ReqToTokenPool", token_to_kv_pool: "MHATokenToKVPool") -> torch.Tensor:
@@ -117,14 +137,11 @@ class RadixAttention(nn.Module):
         extend_lens = forward_batch.extend_seq_lens.tolist()
         for row, prefix_len, extend_len in zip(rows, prefix_lens, extend_lens):
             seq_len = prefix_len + extend_len
-            # 2. The request's row names the slot of each of its tokens, prefix included:
-            #    position p lives in slot req_to_token[row, p]. Gather its K/V in position order.
-            slots = req_to_token_pool.req_to_token[row, :seq_len]
-            k_seq, v_seq = k_buffer[slots], v_buffer[slots]
+            # 2. Gather the request's K/V, cached prefix and new tokens, in position order.
+            k_seq, v_seq = self.gather_fn(req_to_token_pool.req_to_token, k_buffer, v_buffer, row, seq_len)
             # 3. New token j sits at position prefix_len + j and may see positions 0 .. prefix_len + j.
-            q_pos = torch.arange(prefix_len, seq_len, device=q.device)
-            mask = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]
+            q_positions = torch.arange(prefix_len, seq_len, device=q.device)
             end = start + extend_len
-            out[start:end] = _sdpa(q[start:end], k_seq, v_seq, self.scaling, mask, is_causal=False)
+            out[start:end] = attention(q[start:end], k_seq, v_seq, self.scaling, q_positions)
             start = end
         return out

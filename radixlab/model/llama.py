@@ -7,7 +7,8 @@ Parameter names are exactly those of Hugging Face's ``LlamaForCausalLM`` (``mode
 * ``forward(forward_batch, req_to_token_pool, token_to_kv_pool)``: the serving path. Attention
   (``RadixAttention``) writes new K/V into the pool and reads each request's prefix from it.
   Returns the logits of **every new token** of the batch, ``[len(input_ids), vocab]`` (in DECODE,
-  one row per request); ``forward_batch.last_token_indices()`` picks each request's last row.
+  one row per request); ``forward_batch.last_token_indices()`` picks each request's last row, and
+  ``last_only=True`` returns just those (cheaper for a big vocabulary).
 
 Adapters stand in for LoRA (SGLang's ``lora_path``): ``add_adapter(name)`` adds a seeded low-rank
 delta to ``q_proj`` and ``v_proj`` of every layer. Because it changes V, K/V computed under one
@@ -226,14 +227,21 @@ class LlamaForCausalLM(nn.Module):
 
     @torch.no_grad()
     def forward(self, forward_batch: "ForwardBatch", req_to_token_pool: "ReqToTokenPool",
-                token_to_kv_pool: "MHATokenToKVPool") -> torch.Tensor:
-        """The serving path: logits ``[len(forward_batch.input_ids), vocab]``, one row per new token."""
+                token_to_kv_pool: "MHATokenToKVPool", last_only: bool = False) -> torch.Tensor:
+        """The serving path: logits ``[len(forward_batch.input_ids), vocab]``, one row per new token.
+
+        ``last_only=True`` returns only each request's last row, ``[batch_size, vocab]``, and skips the
+        ``lm_head`` for the others (what a serving engine samples from; SGLang's ``LogitsProcessor``
+        prunes the same way). In DECODE both are the same.
+        """
         self._check_serving(forward_batch, req_to_token_pool, token_to_kv_pool)
         fb = forward_batch
         ids, positions = fb.input_ids.to(self.device), fb.positions.to(self.device)
         lengths = fb.extend_seq_lens.tolist()
         lora = self._lora_plan(fb.lora_ids or [None] * fb.batch_size, lengths, "forward_batch.lora_ids")
         hidden = self.model(ids, positions, lora, serving=(fb, req_to_token_pool, token_to_kv_pool))
+        if last_only:
+            hidden = hidden[fb.last_token_indices().to(self.device)]
         return self.lm_head(hidden)
 
     def _check_serving(self, fb: "ForwardBatch", req_to_token_pool: "ReqToTokenPool",

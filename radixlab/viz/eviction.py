@@ -4,7 +4,7 @@
 evictable leaves (orange, numbered in heap order: 1 is the heap top, the policy's first victim),
 nodes just evicted (red, dashed). ``evict_frames`` and ``lifecycle_frames`` are pure functions that
 return one ``TreeDrawing`` per step (tested; their text form is what notebooks compare);
-``viz.frame_slider`` is the thin ipywidgets wrapper over them (notebook 05_locks_and_eviction).
+``viz.frame_slider`` is the thin ipywidgets wrapper over them (notebooks 05_request_lifecycle_and_locks and 06_eviction).
 """
 
 from __future__ import annotations

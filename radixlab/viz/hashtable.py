@@ -14,18 +14,24 @@ from .trees import TreeDrawing
 
 
 def draw_hash_table(cache: HashPrefixCache, caption: str = "", max_tokens: int = 6) -> TreeDrawing:
-    """A ``TreeDrawing`` of ``cache.table``: text rows for nbval, an HTML-like table for people."""
+    """A ``TreeDrawing`` of ``cache.table``: text rows for nbval, an HTML-like table for people.
+
+    Both show the same columns, ``parent`` included: the pointer each block keeps to the block it
+    extends (for the collision guard). It points up only; nothing points from a block to its children.
+    """
     if not isinstance(cache, HashPrefixCache):
         raise TypeError(f"cache must be a HashPrefixCache, got {type(cache).__name__}")
-    rows = ['<tr><td><b>#</b></td><td><b>chain hash</b></td><td><b>block tokens</b></td>'
+    rows = ['<tr><td><b>#</b></td><td><b>chain hash</b></td><td><b>parent</b></td><td><b>block tokens</b></td>'
             '<td><b>ref</b></td></tr>']
+    index = {id(b): i for i, b in enumerate(cache.table.values())}
     for i, b in enumerate(cache.table.values()):
         ns = f"  ns={b.extra_key!r}" if b.extra_key is not None else ""
         toks = html.escape(abbreviate(b.tokens, max_tokens) + ns)
-        rows.append(f'<tr><td>{i}</td><td>{b.hash & 0xFFFFFFFF:08x}…</td><td align="left">{toks}</td>'
-                    f'<td>{b.ref}</td></tr>')
+        parent = "-" if b.parent is None else f"#{index[id(b.parent)]}"  # the same column as the text form
+        rows.append(f'<tr><td>{i}</td><td>{b.hash & 0xFFFFFFFF:08x}…</td><td>{parent}</td>'
+                    f'<td align="left">{toks}</td><td>{b.ref}</td></tr>')
     title = html.escape(f"prefix_cache: dict (hash → block), {len(cache.table)} entries")
     dot = ["digraph hashtable {", '  node [shape=plaintext, fontname="Helvetica", fontsize=11];',
            f'  t [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">'
-           f'<tr><td colspan="4" bgcolor="#e8e8e8">{title}</td></tr>{"".join(rows)}</table>>];', "}"]
+           f'<tr><td colspan="5" bgcolor="#e8e8e8">{title}</td></tr>{"".join(rows)}</table>>];', "}"]
     return TreeDrawing(cache.format(max_tokens), "\n".join(dot), caption)

@@ -66,6 +66,10 @@ class PageTableView:
                     label += f" (A:{bad[(p['page'], s)]} lost)"
                 cells.append(f'<td bgcolor="{color}" width="40">{html.escape(label)}</td>')
             rows.append(f'<tr><td align="left">page {p["page"]} ({html.escape(p["users"])})</td>{"".join(cells)}</tr>')
+        verdict = self.text.splitlines()[len(self.pages) + 1:]  # the ✗/✓ lines of the text form
+        color = "#ffb3b3" if self.overwrites else "#d6f5d6"
+        rows += [f'<tr><td align="left" colspan="{self.page_size + 1}" bgcolor="{color}">{html.escape(v)}</td></tr>'
+                 for v in verdict]
         return ('digraph pages { node [shape=plaintext, fontname="Helvetica", fontsize=11]; '
                 f't [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">{"".join(rows)}'
                 '</table>>]; }')
@@ -134,11 +138,15 @@ class PageSizeView:
 
 def page_size_view(cached_paths: Sequence[tuple[Sequence[int], Hashable]], query: Sequence[int],
                    namespace: Hashable, page_size: int) -> PageSizeView:
-    """Build a ``RadixCache(page_size)`` from ``cached_paths``, match ``query``, draw the result."""
+    """Build a ``RadixCache(page_size)`` from ``cached_paths``, match ``query``, draw the result.
+
+    Path ``k`` gets its own KV slots ``100·(k+1) + i`` (slots are not token ids, and each slot lives
+    in one node: the part a path shares with an earlier one keeps the earlier path's slots).
+    """
     cache = RadixCache(page_size=page_size)  # validates page_size before anything is built
     raw = 0
-    for tokens, ns in cached_paths:
-        cache.insert(RadixKey(tokens, ns))
+    for k, (tokens, ns) in enumerate(cached_paths):
+        cache.insert(RadixKey(tokens, ns), [100 * (k + 1) + i for i in range(len(tokens))])
         if ns == namespace:
             raw = max(raw, common_prefix_len(tuple(tokens), tuple(query)))
     result = cache.match_prefix(RadixKey(query, namespace))  # may split an edge: the path ends there

@@ -128,14 +128,36 @@ def draw_tree(tree: RadixTree | RadixCache, *, highlight: Iterable[Any] = (), sp
         if id(node) in sp:
             marks.append("[created by split]")
         text_lines.append("   " * (depth - 1) + "└─ " + "  ".join(lines + marks))
-        fill = "#cfe8ff" if id(node) in sp else ("#ffe2b8" if id(node) in hl else "#f7f7f7")
-        pen = ', color="#d9822b", penwidth=2' if id(node) in hl else ""
-        label = "\\n".join(_dot_escape(l) for l in lines)
+        fill = SPLIT_FILL if id(node) in sp else (PATH_FILL if id(node) in hl else "#f7f7f7")
+        pen = f', color="{PATH_PEN}", penwidth=2' if id(node) in hl else ""
+        label = "\\n".join(_dot_escape(l) for l in lines + marks)  # the tags are in the picture too
         dot.append(f'  {nid} [label="{label}", fillcolor="{fill}"{pen}];')
-        edge_attr = ' [color="#d9822b", penwidth=2]' if id(node) in hl else ""
+        edge_attr = f' [color="{PATH_PEN}", penwidth=2]' if id(node) in hl else ""
         dot.append(f"  {ids[id(parent)]} -> {nid}{edge_attr};")
+    dot.extend(_legend(path=bool(hl & set(ids)), split=bool(sp & set(ids))))
     dot.append("}")
     return TreeDrawing("\n".join(text_lines), "\n".join(dot), caption)
+
+
+PATH_FILL, PATH_PEN, SPLIT_FILL = "#ffe2b8", "#d9822b", "#cfe8ff"
+LEGEND = {"path": "[path]: the nodes walked by this step (match or insert)",
+          "split": "[created by split]: the new node a split made"}
+
+
+def _legend(path: bool, split: bool) -> list[str]:
+    """A small key beside the root, for the colours actually used in this drawing (none: no key)."""
+    rows = []
+    if path:
+        rows.append(f'<tr><td bgcolor="{PATH_FILL}" color="{PATH_PEN}" width="18"> </td>'
+                    f'<td align="left">{html.escape(LEGEND["path"])}</td></tr>')
+    if split:
+        rows.append(f'<tr><td bgcolor="{SPLIT_FILL}" width="18"> </td>'
+                    f'<td align="left">{html.escape(LEGEND["split"])}</td></tr>')
+    if not rows:
+        return []
+    return [f'  legend [shape=plaintext, style="", fontsize=10, label=<<table border="0" cellborder="1" '
+            f'cellspacing="2" cellpadding="3">{"".join(rows)}</table>>];',
+            "  { rank=same; n0; legend; }"]
 
 
 def _dot_escape(s: str) -> str:

@@ -1,0 +1,555 @@
+"""``python -m radixlab bench tree``: the radix tree's cost per op, fast vs readable matcher vs SGLang.
+
+Notebook 11_performance_boundaries plots these numbers. Every timed op is one call between two
+``perf_counter_ns`` reads, the lanes interleaved (A, B, C then C, B, A) on the same inputs, gc off
+while timing; medians and p90s, ratios from the same run. Sections:
+
+1. the reference workload (``workloads.ReferenceTreeWorkload``: 100 system prompts x 50 turns):
+   full-hit match, system-prompt hit, miss, insert, each with the key built beforehand and from
+   a plain token list (SGLang handed the ``array('q')`` its ``Req`` holds), evict-everything and
+   build time; SGLang 0.5.17's own RadixCache joins when its wheel is cached (``fetch-sglang``);
+2. growing trees (1k -> 10k nodes by default, 100k with ``--big``): per-op cost vs tree size;
+3. the compare itself vs edge length (bytes / array('q') / tuple), and what converting a token
+   list costs (the floor for a tree in C++/Rust fed Python lists);
+4. memory: bytes per cached token of the tree (tracemalloc for Python objects,
+   ``untyped_storage().nbytes()`` for index tensors) vs the KV bytes those tokens occupy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import struct
+import sys
+import time
+import timeit
+import tracemalloc
+from array import array
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..radix_cache import RadixCache
+from ..radix_key import RadixKey
+from ..workloads import ReferenceTreeWorkload, fresh
+
+RECORD = Path(__file__).parent / "records" / "tree.json"
+HUGE = 10**12
+# KV bytes per token: 2 (K and V) x layers x KV heads x head_dim x 2 bytes (fp16/bf16)
+KV_MODELS = {"SmolLM2-135M (30 layers, 3 KV heads x 64)": 2 * 30 * 3 * 64 * 2,
+             "Llama-2-7B (32 layers, 32 KV heads x 128)": 2 * 32 * 32 * 128 * 2}
+pc = time.perf_counter_ns
+
+
+# ---------------------------------------------------------------------------------------------
+# Sides: one small adapter per cache
+# ---------------------------------------------------------------------------------------------
+
+
+class Side:
+    """How to drive one cache: build keys, match, insert, evict (``native`` = from what its request holds)."""
+
+    def __init__(self, name: str, new: Callable[[], Any], key: Callable, native: Callable,
+                 match: Callable, match_native: Callable, insert: Callable, insert_native: Callable,
+                 evict_all: Callable, hit_len: Callable) -> None:
+        self.name, self.new, self.key, self.native = name, new, key, native
+        self.match, self.match_native, self.insert, self.insert_native = match, match_native, insert, insert_native
+        self.evict_all, self.hit_len = evict_all, hit_len
+
+
+def radixlab_side(matcher: str) -> Side:
+    def key(toks: list[int]) -> RadixKey:
+        k = RadixKey(toks)
+        if matcher == "readable":
+            _ = k.units  # the readable walk's form (tuples of ints), made when the key is built
+        return k
+
+    return Side(matcher, lambda: RadixCache(matcher=matcher), key, lambda toks: toks,
+                lambda c, k: c.match_prefix(k), lambda c, toks: c.match_prefix(toks),
+                lambda c, k, v: c.insert(k, v), lambda c, toks, v: c.insert(toks, v),
+                lambda c: c.evict(HUGE), lambda r: len(r.device_indices))
+
+
+class NoOpAllocator:
+    """SGLang's cache calls its allocator's free_segment on evict; radixlab's (allocator=None) calls nothing."""
+
+    device = "cpu"
+
+    def free_segment(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    free = free_segments = free_segment
+
+
+def sglang_side() -> Side | None:
+    """SGLang 0.5.17's RadixCache from the cached wheel, or None when it is not cached."""
+    from .. import sglang_ref
+
+    if sglang_ref.wheel_path() is None:
+        return None
+    sg = sglang_ref.load()
+    SKey, MP, IP, EP = sg.RadixKey, sg.MatchPrefixParams, sg.InsertParams, sg.EvictParams
+    return Side("sglang", lambda: sg.new_cache(allocator=NoOpAllocator()), lambda toks: SKey(array("q", toks)), lambda toks: array("q", toks),
+                lambda c, k: c.match_prefix(MP(key=k)), lambda c, arr: c.match_prefix(MP(key=SKey(arr))),
+                lambda c, k, v: c.insert(IP(key=k, value=v)), lambda c, arr, v: c.insert(IP(key=SKey(arr), value=v)),
+                lambda c: c.evict(EP(num_tokens=HUGE)).num_tokens_evicted, lambda r: len(r.device_indices))
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+
+def stats(ns: Sequence[float]) -> dict:
+    s = sorted(ns)
+    n = len(s)
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return {"n": n, "median_us": med / 1e3, "p90_us": s[min(n - 1, math.ceil(0.9 * n) - 1)] / 1e3}
+
+
+def interleaved(lanes: list[tuple[str, Callable, list]]) -> tuple[dict[str, list], dict[str, list]]:
+    """Time ``fn(args[i])`` for every lane and i; lanes run A,B,C then C,B,A."""
+    times = {name: [] for name, _, _ in lanes}
+    results = {name: [] for name, _, _ in lanes}
+    n = min(len(a) for _, _, a in lanes)
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(n):
+            for name, fn, args in (lanes if i % 2 == 0 else lanes[::-1]):
+                a = args[i]
+                t0 = pc()
+                r = fn(a)
+                t1 = pc()
+                times[name].append(t1 - t0)
+                results[name].append(r)
+    finally:
+        gc.enable()
+    return times, results
+
+
+def build(side: Side, reqs: list[list[int]], native: bool = False) -> tuple[Any, float]:
+    """A fresh cache holding every request; (cache, seconds). Slot indices 0, 1, 2... per request."""
+    cache = side.new()
+    items = [((side.native(t) if native else side.key(t)), torch.arange(i * len(t), (i + 1) * len(t)))
+             for i, t in enumerate(reqs)]
+    ins = side.insert_native if native else side.insert
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = pc()
+        for k, v in items:
+            ins(cache, k, v)
+        t1 = pc()
+    finally:
+        gc.enable()
+    return cache, (t1 - t0) / 1e9
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The reference workload and 2. growing trees
+# ---------------------------------------------------------------------------------------------
+
+
+def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]], ops: int,
+             forms: Sequence[str] = ("key", "list")) -> dict:
+    """Per-op stats for every side on trees holding ``reqs``; hit lengths checked equal across sides."""
+    caches = {s.name: build(s, reqs)[0] for s in sides}
+    rng = wl.rng
+    total = wl.system_len + wl.turn_len
+    queries = {
+        "full-hit match": ([fresh(reqs[rng.randrange(len(reqs))]) for _ in range(ops)], total),
+        "system-prompt hit": ([wl.system_hit() for _ in range(ops)], wl.system_len),
+        "miss": ([wl.miss() for _ in range(ops)], 0),
+    }
+    out: dict = {"ops": {}, "agree": True}
+    for op, (qs, expect) in queries.items():
+        for form in forms:
+            lanes = []
+            for s in sides:
+                c = caches[s.name]
+                if form == "key":
+                    lanes.append((s.name, (lambda c, s: lambda k: s.match(c, k))(c, s), [s.key(q) for q in qs]))
+                else:
+                    args = [s.native(fresh(q)) if s.name == "sglang" else fresh(q) for q in qs]
+                    lanes.append((s.name, (lambda c, s: lambda a: s.match_native(c, a))(c, s), args))
+            times, res = interleaved(lanes)
+            out["ops"][f"{op} ({form})"] = {name: stats(t) for name, t in times.items()}
+            for name, rs in res.items():
+                if any(sides[0].hit_len(r) != expect for r in rs):
+                    out["agree"] = False
+    for form in forms:  # insert: a cached system prompt + a new turn; each side gets its own requests
+        lanes = []
+        for s in sides:
+            c = caches[s.name]
+            new = [wl.new_request() for _ in range(ops)]
+            vals = [torch.arange(10**9 + i * total, 10**9 + (i + 1) * total) for i in range(ops)]
+            if form == "key":
+                args = [(s.key(q), v) for q, v in zip(new, vals)]
+                fn = (lambda c, s: lambda kv: s.insert(c, kv[0], kv[1]))(c, s)
+            else:
+                args = [(s.native(q), v) for q, v in zip(new, vals)]
+                fn = (lambda c, s: lambda kv: s.insert_native(c, kv[0], kv[1]))(c, s)
+            lanes.append((s.name, fn, args))
+        times, res = interleaved(lanes)
+        out["ops"][f"insert ({form})"] = {name: stats(t) for name, t in times.items()}
+        for name, rs in res.items():
+            got = [r if isinstance(r, int) else r.prefix_len for r in rs]
+            if any(g != wl.system_len for g in got):
+                out["agree"] = False
+    return out
+
+
+def evict_and_build(sides: list[Side], reqs: list[list[int]], reps: int) -> dict:
+    """Build time (key built / from lists) and evict-everything time, ``reps`` rounds, sides alternating."""
+    res = {s.name: {"build (key)": [], "build (list)": [], "evict all": []} for s in sides}
+    evicted = set()
+    for rep in range(reps):
+        order = sides if rep % 2 == 0 else sides[::-1]
+        for s in order:
+            for native in (False, True):
+                c, t = build(s, reqs, native)
+                res[s.name]["build (list)" if native else "build (key)"].append(t * 1e9)
+                if not native:
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        t0 = pc()
+                        n = s.evict_all(c)
+                        t1 = pc()
+                    finally:
+                        gc.enable()
+                    res[s.name]["evict all"].append(t1 - t0)
+                    evicted.add(n)
+                del c
+    return {"ops": {op: {name: stats(res[name][op]) for name in res} for op in ("build (key)", "build (list)", "evict all")},
+            "agree": len(evicted) == 1}
+
+
+def growth(sides: list[Side], sizes: Sequence[int], ops: int, system_len: int = 200, turn_len: int = 50,
+           seed: int = 0, progress: Callable | None = None) -> list[dict]:
+    """Per-op medians vs tree size (nodes): prompts x 99 turns of shorter runs, so nodes grow, not tokens."""
+    rows = []
+    for size in sizes:
+        turns = 99
+        prompts = max(1, size // (turns + 1))
+        wl = ReferenceTreeWorkload(prompts, turns, system_len, turn_len, seed=seed + size)
+        reqs = wl.requests()
+        table = op_table(sides, wl, reqs, ops, forms=("key",))
+        nodes = prompts * (turns + 1)
+        row = {"nodes": nodes, "tokens": prompts * system_len + prompts * turns * turn_len, "agree": table["agree"],
+               "median_us": {op.replace(" (key)", ""): {n: st["median_us"] for n, st in v.items()}
+                             for op, v in table["ops"].items()}}
+        ev = evict_and_build(sides, reqs, 1)
+        row["median_us"]["evict all"] = {n: st["median_us"] for n, st in ev["ops"]["evict all"].items()}
+        row["median_us"]["build (key)"] = {n: st["median_us"] for n, st in ev["ops"]["build (key)"].items()}
+        rows.append(row)
+        if progress:
+            progress(size)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The compare and the conversion, by length
+# ---------------------------------------------------------------------------------------------
+
+
+def _best_ns(stmt: str, env: dict, number: int = 200, repeat: int = 7) -> float:
+    return min(timeit.repeat(stmt, globals=env, number=number, repeat=repeat)) / number * 1e9
+
+
+def compare_costs(lengths: Sequence[int] = (1, 8, 64, 512, 4096), number: int = 200) -> list[dict]:
+    """ns to compare two equal runs of n tokens, and to find a mismatch in the middle, per representation."""
+    from ..radix_key import common_prefix_len, packed_prefix_len
+
+    rows = []
+    for n in lengths:
+        toks = list(range(1000, 1000 + n))
+        a, b = fresh(toks), fresh(toks)
+        mid = b[:]
+        mid[n // 2] = -1
+        env = {"ab": array("q", a).tobytes(), "bb": array("q", b).tobytes(), "mb": array("q", mid).tobytes(),
+               "aa": array("q", a), "ba": array("q", b), "at": tuple(a), "bt": tuple(b), "mt": tuple(mid),
+               "ppl": packed_prefix_len, "cpl": common_prefix_len}
+        rows.append({"tokens": n,
+                     "bytes ==": _best_ns("ab == bb", env, number),
+                     "array('q') ==": _best_ns("aa == ba", env, number),
+                     "tuple == (own ints)": _best_ns("at == bt", env, number),
+                     "find mismatch: packed": _best_ns("ppl(ab, mb)", env, number),
+                     "find mismatch: tuple": _best_ns("cpl(at, mt)", env, number)})
+    return rows
+
+
+def conversion_costs(lengths: Sequence[int] = (16, 128, 1200, 8192), number: int = 100) -> list[dict]:
+    """ns to turn a list of n Python ints into each form a native tree could take."""
+    import numpy as np
+
+    from ..radix_key import pack_tokens
+
+    rows = []
+    for n in lengths:
+        lst = fresh(range(1000, 1000 + n))
+        env = {"lst": lst, "array": array, "np": np, "pack": pack_tokens, "tuple": tuple, "struct": struct}
+        rows.append({"tokens": n,
+                     "struct pack (RadixKey)": _best_ns("pack(lst)", env, number),
+                     "array('q', list)": _best_ns("array('q', lst)", env, number),
+                     "numpy.array(list)": _best_ns("np.array(lst, dtype=np.int64)", env, number),
+                     "torch.tensor(list)": _best_ns("torch.tensor(lst)", {**env, "torch": torch}, max(1, number // 5)),
+                     "tuple(list)": _best_ns("tuple(lst)", env, number)})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Memory
+# ---------------------------------------------------------------------------------------------
+
+
+def tree_memory(reqs: list[list[int]], matcher: str = "fast") -> dict:
+    """Bytes of the tree per cached token: Python objects (tracemalloc) + index tensors (storage bytes)."""
+    keys = [RadixKey(t) for t in reqs]
+    vals = [torch.arange(i * len(t), (i + 1) * len(t)) for i, t in enumerate(reqs)]
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    cache = RadixCache(matcher=matcher)
+    for k, v in zip(keys, vals):
+        cache.insert(k, v)
+    if matcher == "readable":  # what the readable walk leaves cached on every node: the tuples of ints
+        for node in cache.nodes():
+            _ = node.key.units
+    del keys, vals
+    gc.collect()
+    python_bytes = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    storages, tensor_bytes, key_bytes = set(), 0, 0
+    for node in cache.nodes():
+        st = node.value.untyped_storage()
+        if st.data_ptr() not in storages:
+            storages.add(st.data_ptr())
+            tensor_bytes += st.nbytes()
+        key_bytes += len(node.key.packed)
+    tokens = cache.total_size()
+    out = {"matcher": matcher, "nodes": cache.num_nodes(), "tokens": tokens,
+           "python_bytes_per_token": python_bytes / tokens, "tensor_bytes_per_token": tensor_bytes / tokens,
+           "packed_key_bytes_per_token": key_bytes / tokens,
+           "tree_bytes_per_token": (python_bytes + tensor_bytes) / tokens,
+           "kv_bytes_per_token": dict(KV_MODELS)}
+    out["tree_share_of_kv"] = {m: out["tree_bytes_per_token"] / kv for m, kv in KV_MODELS.items()}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. The tree inside a serving loop
+# ---------------------------------------------------------------------------------------------
+
+CACHE_METHODS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict", "cache_finished_req",
+                 "cache_unfinished_req")
+
+
+def _timed(obj: Any, names: Sequence[str], acc: dict) -> None:
+    """Wrap ``obj``'s methods so their time (outermost calls only) adds up in ``acc``."""
+    depth = [0]
+    for name in names:
+        real = getattr(obj, name)
+
+        def wrapper(*a: Any, _real: Callable = real, _name: str = name, **k: Any) -> Any:
+            depth[0] += 1
+            t0 = pc()
+            try:
+                return _real(*a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    acc[_name] = acc.get(_name, 0) + pc() - t0
+                acc["calls"] = acc.get("calls", 0) + 1
+
+        setattr(obj, name, wrapper)
+
+
+def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max_total_tokens: int = 8192) -> dict:
+    """Serve ``trace`` through ``radixlab.engine.Engine``; where the scheduler's CPU time goes.
+
+    Returns the wall time of ``generate``, the time inside the model's forward (what a GPU would
+    run), the time inside the tree's methods (outermost calls), and the tree's share of the rest
+    (the scheduler's own CPU time).
+    """
+    from ..engine import Engine
+
+    engine = Engine(model, page_size=page_size, max_total_tokens=max_total_tokens)
+    cache_ns: dict = {}
+    fwd: dict = {}
+    _timed(engine.tree_cache, CACHE_METHODS, cache_ns)
+    _timed(engine.model_runner, ("forward",), fwd)
+    prompts = [list(r.prompt_ids) for r in trace]
+    params = [{"max_new_tokens": max(1, len(r.output_ids)), "ignore_eos": True} for r in trace]
+    t0 = pc()
+    engine.generate(prompts, params)
+    wall = pc() - t0
+    tree = sum(v for k, v in cache_ns.items() if k != "calls")
+    sched = wall - fwd.get("forward", 0)
+    return {"requests": len(trace), "wall_ms": wall / 1e6, "forward_ms": fwd.get("forward", 0) / 1e6,
+            "scheduler_ms": sched / 1e6, "tree_ms": tree / 1e6, "tree_share_of_scheduler": tree / sched,
+            "tree_us_per_request": tree / 1e3 / len(trace), "tree_calls": cache_ns.get("calls", 0),
+            "by_method_ms": {k: v / 1e6 for k, v in cache_ns.items() if k != "calls"}}
+
+
+def bottleneck_rate(tree_us_per_request: float, step_ms: float = 10.0) -> float:
+    """Requests per second at which the tree's work alone fills the CPU time of a ``step_ms`` GPU step.
+
+    The scheduler runs on one CPU thread (the GIL): if every request costs ``tree_us_per_request``
+    of tree work, one decode step of ``step_ms`` leaves room for step_ms / cost requests; beyond
+    that rate the GPU waits for Python (unless the loop overlaps, and then only up to this rate).
+    """
+    if tree_us_per_request <= 0:
+        raise ValueError(f"tree_us_per_request must be positive, got {tree_us_per_request}")
+    per_step = step_ms * 1e3 / tree_us_per_request
+    return per_step / (step_ms / 1e3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole run, the record, the printout
+# ---------------------------------------------------------------------------------------------
+
+
+def yardstick(reqs: list[list[int]]) -> dict:
+    toks = reqs[0]
+    env = {"ab": array("q", toks).tobytes(), "bb": array("q", fresh(toks)).tobytes()}
+    return {"tokens": len(toks), "bytes_eq_ns": _best_ns("ab == bb", env, 2000, 50)}
+
+
+def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 3,
+        growth_sizes: Sequence[int] = (1000, 10000), growth_ops: int = 300, use_sglang: bool = True,
+        seed: int = 0, progress: bool = True) -> dict:
+    """Everything ``bench tree`` measures, as one JSON-able record."""
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if progress else (lambda *a: None)
+    sides = [radixlab_side("fast"), radixlab_side("readable")]
+    sg = sglang_side() if use_sglang else None
+    if sg is not None:
+        sides.append(sg)
+    from .. import sglang_ref
+
+    rec: dict = {"env": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
+                         "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
+                         "sides": [s.name for s in sides], "sglang": sglang_ref.SGLANG_VERSION if sg else None,
+                         "prompts": prompts, "turns": turns, "ops": ops, "seed": seed}}
+    t0 = time.perf_counter()
+    wl = ReferenceTreeWorkload(prompts, turns, seed=seed)
+    reqs = wl.requests()
+    say(f"reference workload: {len(reqs)} requests of {wl.system_len + wl.turn_len} tokens")
+    rec["reference"] = op_table(sides, wl, reqs, ops)
+    say("ops timed; building and evicting")
+    eb = evict_and_build(sides, reqs, evict_reps)
+    rec["reference"]["ops"].update(eb["ops"])
+    rec["reference"]["agree"] = rec["reference"]["agree"] and eb["agree"]
+    rec["reference"]["nodes"] = prompts * (turns + 1)
+    rec["yardstick"] = yardstick(reqs)
+    say("memory")
+    rec["memory"] = [tree_memory(reqs, "fast"), tree_memory(reqs[: max(1, len(reqs) // 5)], "readable")]
+    del reqs
+    gc.collect()
+    say("compare and conversion by length")
+    rec["compare_ns"] = compare_costs()
+    rec["conversion_ns"] = conversion_costs()
+    rec["growth"] = growth(sides, growth_sizes, growth_ops, seed=seed, progress=lambda s: say(f"growth {s} nodes done"))
+    rec["env"]["loadavg_end"] = os.getloadavg()
+    rec["env"]["wall_s"] = time.perf_counter() - t0
+    return rec
+
+
+def ratio_rows(rec: dict, base: str = "sglang") -> list[tuple[str, dict]]:
+    """(op, {side: median / base median}) for every op of the reference table."""
+    out = []
+    for op, by in rec["reference"]["ops"].items():
+        if base in by:
+            out.append((op, {s: by[s]["median_us"] / by[base]["median_us"] for s in by}))
+    return out
+
+
+def format_record(rec: dict) -> str:
+    sides = rec["env"]["sides"]
+    lines = [f"## Reference workload: {rec['env']['prompts']} prompts x {rec['env']['turns']} turns "
+             f"({rec['reference']['nodes']} nodes), median / p90 per op (build and evict in ms)",
+             "| op | " + " | ".join(sides) + " | " + " | ".join(f"{s}/{b}" for s, b in _pairs(sides)) + " |",
+             "|---" * (1 + len(sides) + len(_pairs(sides))) + "|"]
+    for op, by in rec["reference"]["ops"].items():
+        scale, unit = (1e-3, "ms") if op.startswith(("build", "evict")) else (1, "us")
+        cells = [f"{by[s]['median_us'] * scale:.1f} / {by[s]['p90_us'] * scale:.1f} {unit}" if s in by else "-" for s in sides]
+        ratios = [f"{by[a]['median_us'] / by[b]['median_us']:.2f}x" if a in by and b in by else "-" for a, b in _pairs(sides)]
+        lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    y = rec["yardstick"]
+    full = rec["reference"]["ops"].get("full-hit match (key)", {}).get("fast")
+    lines.append(f"\nyardstick: bytes == of {y['tokens']} tokens {y['bytes_eq_ns']:.0f} ns"
+                 + (f"; fast full-hit match = {full['median_us'] * 1e3 / y['bytes_eq_ns']:.0f}x that" if full else ""))
+    if full:
+        lines.append(f"tokens compared per second (fast full hit): {y['tokens'] / full['median_us'] * 1e6 / 1e6:.0f} M")
+    lines.append(f"results agree across sides: {rec['reference']['agree']}")
+    lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
+    cols = list(rec["compare_ns"][0])[1:]
+    lines.append("| tokens | " + " | ".join(cols) + " |")
+    for r in rec["compare_ns"]:
+        lines.append(f"| {r['tokens']} | " + " | ".join(f"{r[c]:.0f}" for c in cols) + " |")
+    lines.append("\n## Converting a list of n Python ints (ns)")
+    cols = list(rec["conversion_ns"][0])[1:]
+    lines.append("| tokens | " + " | ".join(cols) + " |")
+    for r in rec["conversion_ns"]:
+        lines.append(f"| {r['tokens']} | " + " | ".join(f"{r[c]:.0f}" for c in cols) + " |")
+    lines.append("\n## Memory: bytes per cached token")
+    for m in rec["memory"]:
+        share = ", ".join(f"{k.split(' ')[0]} {v:.3%}" for k, v in m["tree_share_of_kv"].items())
+        lines.append(f"  {m['matcher']:8s} tree ({m['nodes']} nodes, {m['tokens']} tokens): {m['tree_bytes_per_token']:.1f} B/token "
+                     f"(Python objects {m['python_bytes_per_token']:.1f}, index tensors {m['tensor_bytes_per_token']:.1f}); "
+                     f"of the KV bytes: {share}")
+    if rec["growth"]:
+        lines.append("\n## Growing trees (key built): median us per op")
+        ops = list(rec["growth"][0]["median_us"])
+        lines.append("| nodes | " + " | ".join(f"{op}: " + " / ".join(sides) for op in ops) + " |")
+        for g in rec["growth"]:
+            lines.append(f"| {g['nodes']} | " + " | ".join(
+                " / ".join(f"{g['median_us'][op][s]:.1f}" if s in g["median_us"][op] else "-" for s in sides) for op in ops) + " |")
+    lines.append(f"\nload average {rec['env']['loadavg_start']} -> {rec['env']['loadavg_end']}, wall {rec['env']['wall_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def _pairs(sides: list[str]) -> list[tuple[str, str]]:
+    pairs = [("fast", "readable")] if "readable" in sides else []
+    if "sglang" in sides:
+        pairs += [("fast", "sglang"), ("readable", "sglang")]
+    return pairs
+
+
+def load_record(path: str | Path | None = None) -> dict:
+    """The saved record notebook 11 reads (``bench tree --save`` writes it)."""
+    return json.loads(Path(path or RECORD).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m radixlab bench tree", description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=100)
+    ap.add_argument("--turns", type=int, default=50)
+    ap.add_argument("--ops", type=int, default=1000, help="timed calls per op and side")
+    ap.add_argument("--evict-reps", type=int, default=3)
+    ap.add_argument("--growth", default="1000,10000", help="tree sizes in nodes ('' skips)")
+    ap.add_argument("--big", action="store_true", help="add a 100,000-node tree to the growth section")
+    ap.add_argument("--growth-ops", type=int, default=300)
+    ap.add_argument("--no-sglang", action="store_true", help="leave SGLang's RadixCache out even if its wheel is cached")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None, help="write the record here")
+    ap.add_argument("--save", action="store_true", help=f"write the record notebook 11 reads ({RECORD.name})")
+    args = ap.parse_args(argv)
+    for name in ("prompts", "turns", "ops", "evict_reps", "growth_ops"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    sizes = [int(s) for s in args.growth.split(",") if s.strip()] + ([100_000] if args.big else [])
+    rec = run(args.prompts, args.turns, args.ops, args.evict_reps, sizes, args.growth_ops, not args.no_sglang, args.seed)
+    print(format_record(rec))
+    for path in [args.json] + ([RECORD] if args.save else []):
+        if path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(rec, indent=1))
+            print(f"wrote {path}")
+    return 0 if rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"]) else 1

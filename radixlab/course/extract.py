@@ -1,0 +1,288 @@
+"""What the grader runs of a submission: the exercise function and only what it depends on.
+
+``extract`` reads a submission (in the grader's process, never executing it) and picks the top-level
+statements the exercise's function needs: its ``def``, and transitively the imports, helper
+functions, classes and assignments whose names it uses (the last binding of each name in the
+notebook, as after "Run All"). Nothing else runs: an exploration cell that patches radixlab, appends
+to a results list or prints a fake verdict is simply not part of the graded program.
+
+``review`` then applies the "write your own" rule to the student-written statements of that program
+(statements that are not course text): no name from the exercise's ``forbidden`` list (radixlab's
+own implementation of the answer), no import from ``radixlab.course``, no patching of modules or
+classes the student did not define, no reflection or dynamic code (``exec``, ``getattr`` with a
+computed name, ``__dict__``, ``sys.modules`` …). Both run before any student code does.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass, field
+from typing import Iterable
+
+DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "vars", "locals", "setattr", "delattr",
+                 "breakpoint", "open"}
+DYNAMIC_MODULES = {"importlib", "inspect", "ctypes", "gc", "builtins", "sys", "os", "subprocess", "types",
+                   "runpy", "pickle", "marshal", "signal", "threading", "_thread", "multiprocessing", "atexit",
+                   "IPython", "pathlib", "shutil", "tempfile", "io", "socket", "asyncio", "concurrent",
+                   "site", "sysconfig", "code", "codeop", "posix", "nt", "pty", "resource", "faulthandler"}
+"""Modules a graded answer may not import: reflection, process control, files (the grader's files included)."""
+SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame",
+                    "cr_frame", "attrgetter", "methodcaller", "write_text", "write_bytes", "unlink", "rmtree",
+                    "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace", "setprofile",
+                    "course"}
+ALLOWED_DUNDERS = {"__init__", "__name__", "__doc__", "__qualname__", "__len__", "__class__"}
+
+
+PYTHON_CELL_MAGICS = ("%%time", "%%timeit", "%%capture", "%%prun")
+
+
+def python_source(cell_source: str) -> str:
+    """A code cell as plain Python (IPython magics and shell escapes become function calls).
+
+    A cell under a magic that runs its body as Python (``%%time`` …) is read as that body.
+    """
+    first, _, body = cell_source.lstrip().partition("\n")
+    if first.split(" ")[0] in PYTHON_CELL_MAGICS:
+        cell_source = body
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:  # pragma: no cover - IPython comes with Jupyter
+        return cell_source
+    return TransformerManager().transform_cell(cell_source)
+
+
+@dataclass
+class Statement:
+    cell: int
+    index: int  # position in the cell's top-level body
+    node: ast.stmt
+    course: bool  # identical to a statement of the instructor edition (course text, trusted)
+
+    @property
+    def where(self) -> str:
+        return f"cell {self.cell}"
+
+
+@dataclass
+class Extraction:
+    function: str
+    statements: list[Statement] = field(default_factory=list)  # the graded program, in notebook order
+    cells: dict[int, str] = field(default_factory=dict)  # python source of every cell it draws on
+    problem: str = ""  # why nothing can be graded (function not defined, syntax error)
+    syntax_errors: list[dict] = field(default_factory=list)
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    """Names a top-level statement binds (nested function bodies excluded)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name.split(".")[0]) for a in stmt.names}
+    names: set[str] = set()
+    stack: list[ast.AST] = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name.split(".")[0]) for a in node.names}
+        stack.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    args = fn.args
+    names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+    names |= {a.arg for a in (args.vararg, args.kwarg) if a}
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    declared_global: set[str] = set()
+    for node in (n for b in body for n in ast.walk(b)):
+        if isinstance(node, ast.Global):
+            declared_global |= set(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name.split(".")[0]) for a in node.names}
+    return names - declared_global
+
+
+def free_names(stmt: ast.stmt) -> set[str]:
+    """Global names a statement may read, now or when its functions are called."""
+    used: set[str] = set()
+
+    def visit(node: ast.AST, local: set[str]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            outer = list(getattr(node, "decorator_list", [])) + node.args.defaults + \
+                [d for d in node.args.kw_defaults if d is not None]
+            outer += [a.annotation for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs if a.annotation]
+            if getattr(node, "returns", None) is not None:
+                outer.append(node.returns)
+            for n in outer:
+                visit(n, local)
+            inner = local | _function_locals(node)
+            for n in (node.body if isinstance(node.body, list) else [node.body]):
+                visit(n, inner)
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
+            used.add(node.id)
+        for child in ast.iter_child_nodes(node):
+            visit(child, local)
+
+    visit(stmt, set())
+    return used
+
+
+def _normal(node: ast.stmt) -> str:
+    return ast.dump(node, annotate_fields=False)
+
+
+def course_statements(instructor_cells: Iterable[str]) -> set[str]:
+    """Every top-level statement of the instructor edition (normalised): course text, trusted."""
+    out: set[str] = set()
+    for source in instructor_cells:
+        try:
+            out |= {_normal(s) for s in ast.parse(python_source(source)).body}
+        except SyntaxError:
+            continue
+    return out
+
+
+def extract(code_cells: list[tuple[int, str]], function: str, course: set[str] | None = None) -> Extraction:
+    """The statements ``function`` needs, from ``(cell index, source)`` pairs in notebook order."""
+    ex = Extraction(function)
+    course = course or set()
+    stmts: list[Statement] = []
+    for cell, source in code_cells:
+        text = python_source(source)
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            ex.syntax_errors.append({"cell": cell, "ename": "SyntaxError", "evalue": f"{exc.msg} (line {exc.lineno})"})
+            continue
+        except (RecursionError, MemoryError, ValueError) as exc:  # absurdly nested or NUL bytes
+            ex.syntax_errors.append({"cell": cell, "ename": type(exc).__name__, "evalue": "cannot be parsed"})
+            continue
+        ex.cells[cell] = text
+        stmts += [Statement(cell, i, s, _normal(s) in course) for i, s in enumerate(tree.body)]
+    last: dict[str, int] = {}
+    for k, s in enumerate(stmts):
+        for name in _bound_names(s.node):
+            last[name] = k
+    if function not in last:
+        ex.problem = (f"the notebook defines no `{function}` (the exercise cell was deleted or renamed"
+                      + (", or has a syntax error" if ex.syntax_errors else "") + ")")
+        return ex
+    stars = [k for k, s in enumerate(stmts) if isinstance(s.node, ast.ImportFrom) and any(a.name == "*" for a in s.node.names)]
+    chosen, todo = set(), [last[function]]
+    while todo:
+        k = todo.pop()
+        if k in chosen:
+            continue
+        chosen.add(k)
+        for name in free_names(stmts[k].node):
+            if name in last and last[name] != k:
+                todo.append(last[name])
+            elif name not in last and not hasattr(builtins, name):
+                todo.extend(stars)
+    ex.statements = [stmts[k] for k in sorted(chosen)]
+    ex.cells = {c: t for c, t in ex.cells.items() if any(s.cell == c for s in ex.statements)}
+    return ex
+
+
+# -- the "write your own" rule ----------------------------------------------------------------------
+
+
+def review(ex: Extraction, forbidden: Iterable[str]) -> list[str]:
+    """Findings (empty: fine) on the student-written statements of the graded program."""
+    forbidden = set(forbidden)
+    prefixes = tuple(f[:-2] for f in forbidden if f.endswith(".*"))
+    blocked = {(a.asname or a.name.split(".")[0]) for s in ex.statements
+                       if isinstance(s.node, (ast.Import, ast.ImportFrom))
+                       for a in s.node.names
+                       if (getattr(s.node, "module", None) or a.name).startswith(prefixes)} if prefixes else set()
+    imported = {n for s in ex.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
+    own = {n for s in ex.statements if not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
+    own_defs = {s.node.name for s in ex.statements if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    findings: list[str] = []
+    for s in ex.statements:
+        if s.course:
+            continue
+        findings += [f"{s.where}: {f}" for f in _review_statement(s.node, forbidden, imported, own, blocked, own_defs)]
+    return sorted(set(findings), key=findings.index)
+
+
+def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], own: set[str],
+                      blocked: set[str], own_defs: set[str] = frozenset()) -> list[str]:
+    """``forbidden`` holds names, and module prefixes ending in ``.*`` (no import from there at all);
+    ``blocked``: names the program imports from such a module (the course's imports included)."""
+    found: list[str] = []
+    prefixes = tuple(f[:-2] for f in forbidden if f.endswith(".*"))
+
+    def at(node: ast.AST, text: str) -> None:
+        found.append(f"{text} (line {getattr(node, 'lineno', '?')})")
+
+    def root(node: ast.AST) -> ast.AST:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return node
+
+    def visit(node: ast.AST, local: set[str]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for child in ast.iter_child_nodes(node):
+                visit(child, local | _function_locals(node))
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            for alias in node.names:
+                full = f"{module}.{alias.name}" if module else alias.name
+                if full.startswith("radixlab.course") or (module or "").startswith("radixlab.course"):
+                    at(node, f"imports {full} (the grader's package: write your own)")
+                elif prefixes and (full.startswith(prefixes) or (module or "").startswith(prefixes)):
+                    at(node, f"imports {full}: this exercise is written without radixlab (write your own)")
+                elif alias.name in forbidden:
+                    at(node, f"imports {alias.name}, radixlab's own answer: write your own")
+                elif full.split(".")[0] in DYNAMIC_MODULES or alias.name in SUSPICIOUS_ATTRS:
+                    at(node, f"imports {full} (reflection and process control are not allowed in a graded answer)")
+        elif isinstance(node, ast.Name) and node.id in forbidden and node.id not in local and node.id not in own:
+            at(node, f"uses {node.id}, radixlab's own answer: write your own")
+        elif isinstance(node, ast.Name) and prefixes and node.id in blocked and node.id not in local:
+            at(node, f"uses {node.id} from radixlab: this exercise is written without radixlab (write your own)")
+        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id.endswith("__") \
+                and node.id not in ALLOWED_DUNDERS:
+            at(node, f"uses {node.id} (reflection is not allowed in a graded answer)")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in forbidden:
+                at(node, f"uses .{node.attr}, radixlab's own implementation: write your own")
+            elif node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
+                at(node, f"uses .{node.attr} (reflection is not allowed in a graded answer)")
+            elif node.attr in SUSPICIOUS_ATTRS:
+                at(node, f"uses .{node.attr} (reflection, files and processes are not allowed in a graded answer)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
+            at(node, f"names {node.value!r}, radixlab's own answer: write your own")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in local | own:
+            name = node.func.id
+            if name in DYNAMIC_CALLS:
+                at(node, f"calls {name}() (dynamic code is not allowed in a graded answer)")
+            elif name in ("getattr", "hasattr") and (len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)):
+                at(node, f"calls {name}() with a computed name (reflection is not allowed in a graded answer)")
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in (t for tt in targets for t in (tt.elts if isinstance(tt, (ast.Tuple, ast.List)) else [tt])):
+                base = root(target)
+                if target is base or not isinstance(base, ast.Name):
+                    continue
+                if base.id in local or (base.id in own_defs and base.id not in imported):
+                    continue  # the function's own objects, or a class the student wrote
+                at(node, f"changes {ast.unparse(target)}, which belongs to {base.id} "
+                         "(patching modules or classes is not allowed in a graded answer)")
+        for child in ast.iter_child_nodes(node):
+            visit(child, local)
+
+    visit(stmt, set())
+    return found

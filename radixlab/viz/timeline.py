@@ -1,0 +1,162 @@
+"""Gantt charts of event-loop timelines (notebook 08_overlap_scheduling).
+
+Three lanes per run: **CPU** (scheduling in blue, result processing in green, blocked time hatched:
+waiting for a result or at the WAR barrier), **device** (forwards in orange, the read of the staging
+buffer in purple) and **copy** (results to the host). Gaps in the device lane are shaded red: the
+bubbles that overlap scheduling removes. ``step_frames`` turns one timeline into a list of text
+frames, one per event, for the notebook's stepper (``radixlab.viz.frame_slider``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..engine.timeline import Span, StepRecord, Timeline
+
+COLORS = {"sched": "#4C72B0", "proc": "#55A868", "blocked": "#BBBBBB", "dev": "#DD8452", "read": "#8172B3",
+          "copy": "#937860", "idle": "#F4CCCC"}
+LANES = ("CPU", "device", "copy")
+
+
+def _bars(spans: list[Span | None], t0: float, scale: float) -> list[tuple[float, float]]:
+    return [((a - t0) * scale, (b - a) * scale) for a, b in (s for s in spans if s)]
+
+
+def device_gaps(tl: Timeline) -> list[Span]:
+    """Idle gaps of the device between its first and last busy moment."""
+    busy = sorted(s for r in tl.steps() for s in (r.read, r.dev, r.copy) if s)
+    gaps, end = [], None
+    for a, b in busy:
+        if end is not None and a > end:
+            gaps.append((end, a))
+        end = b if end is None else max(end, b)
+    return gaps
+
+
+def draw_timeline(tl: Timeline, ax, t0: float | None = None, upto: float | None = None, title: str | None = None,
+                  highlight: int | None = None) -> None:
+    """Draw one run on ``ax`` (milliseconds on x). ``upto`` hides everything after that time (the stepper)."""
+    steps = tl.steps()
+    t0 = tl.window()[0] if t0 is None else t0
+    ms = 1e3
+
+    def clip(spans: list[Span | None]) -> list[Span]:
+        if upto is None:
+            return [s for s in spans if s]
+        return [(a, min(b, upto)) for a, b in (s for s in spans if s) if a <= upto]
+
+    y = {"CPU": 20, "device": 10, "copy": 0}
+    h = 8
+    ax.broken_barh(_bars(clip(device_gaps(tl)), t0, ms), (y["device"] - 1, h + 2), facecolors=COLORS["idle"])
+    ax.broken_barh(_bars(clip([r.sched for r in steps]), t0, ms), (y["CPU"], h), facecolors=COLORS["sched"])
+    ax.broken_barh(_bars(clip([r.proc for r in steps]), t0, ms), (y["CPU"], h), facecolors=COLORS["proc"])
+    ax.broken_barh(_bars(clip([s for r in steps for s in (r.wait, r.barrier)]), t0, ms), (y["CPU"], h),
+                   facecolors=COLORS["blocked"], hatch="//", edgecolor="#777777", linewidth=0)
+    ax.broken_barh(_bars(clip([r.dev for r in steps]), t0, ms), (y["device"], h), facecolors=COLORS["dev"],
+                   edgecolor="white", linewidth=0.5)
+    ax.broken_barh(_bars(clip([r.read for r in steps]), t0, ms), (y["device"], h), facecolors=COLORS["read"])
+    ax.broken_barh(_bars(clip([r.copy for r in steps]), t0, ms), (y["copy"], h), facecolors=COLORS["copy"])
+    for r in steps:  # batch numbers on the device bars
+        if r.dev and (upto is None or r.dev[0] <= upto) and len(steps) <= 40:
+            color = "black" if highlight in (None, r.step) else "#999999"
+            ax.text((r.dev[0] - t0) * ms, y["device"] + h / 2, str(r.step), fontsize=7, va="center",
+                    color="red" if r.corrupted else color)
+    ax.set_yticks([y[k] + h / 2 for k in LANES], LANES)
+    ax.set_xlabel("time (ms)")
+    end = max((r.proc[1] for r in steps if r.proc), default=t0)
+    ax.set_xlim(0, (end - t0) * ms * 1.01)
+    ax.set_ylim(-2, 30)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+
+
+def summary_line(tl: Timeline) -> str:
+    return (f"{tl.loop} loop: {tl.throughput():.0f} tok/s, device idle {tl.device_idle_fraction():.0%}, "
+            f"CPU {tl.cpu_time_per_step() * 1e3:.1f} ms/step, device {tl.device_time_per_step() * 1e3:.1f} ms/step")
+
+
+def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width: float = 11.0,
+                   labels: Sequence[str] | None = None):
+    """One Gantt chart per run, stacked, on a common time scale; returns the matplotlib Figure.
+    ``labels`` (one per run) prefix each run's title."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not timelines:
+        raise ValueError("timelines must not be empty")
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(width, 1.9 * len(timelines) + 0.6), squeeze=False)
+    longest = max(tl.wall_time() for tl in timelines)
+    if labels is not None and len(labels) != len(timelines):
+        raise ValueError(f"labels must have one entry per timeline ({len(timelines)}), got {len(labels)}")
+    for i, (ax, tl) in enumerate(zip(axes[:, 0], timelines)):
+        draw_timeline(tl, ax, title=(f"{labels[i]}: " if labels else "") + summary_line(tl))
+        if same_scale:
+            ax.set_xlim(0, longest * 1e3 * 1.01)
+    handles = [Patch(color=COLORS[k], label=label) for k, label in
+               (("sched", "CPU: schedule + launch"), ("proc", "CPU: process results"), ("blocked", "CPU: blocked"),
+                ("read", "device: read inputs"), ("dev", "device: forward"), ("copy", "copy to host"),
+                ("idle", "device idle"))]
+    fig.legend(handles=handles, loc="lower center", ncol=7, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+# -- the stepper ------------------------------------------------------------------------------------
+
+
+def timeline_events(tl: Timeline) -> list[tuple[float, str]]:
+    """Every recorded moment, in time order: (seconds since the window start, what happened)."""
+    t0 = tl.window()[0]
+    ev: list[tuple[float, str]] = []
+
+    def add(span: Span | None, what: str, r: StepRecord, end: bool = False) -> None:
+        if span:
+            ev.append(((span[1] if end else span[0]) - t0, what.format(n=r.step)))
+
+    for r in tl.steps():
+        add(r.sched, "CPU   schedules batch {n} (match, allocate, build inputs, write staging)", r)
+        if r.launch is not None:
+            ev.append((r.launch - t0, f"CPU   launches batch {r.step}"))
+        add(r.barrier, "CPU   waits at the WAR barrier until batch {n}'s inputs are read", r)
+        add(r.read, "dev   reads batch {n}'s inputs" + (" — CORRUPTED: they are batch "
+                                                           f"{r.consumed_step}'s" if r.corrupted else ""), r)
+        add(r.dev, "dev   runs batch {n}'s forward", r)
+        add(r.copy, "copy  batch {n}'s tokens reach the host", r, end=True)
+        add(r.wait, "CPU   blocks until batch {n}'s tokens are on the host", r)
+        add(r.proc, "CPU   processes batch {n}'s results", r)
+    ev.sort(key=lambda e: e[0])
+    return ev
+
+
+def step_frames(tl: Timeline, max_events: int = 24) -> list[str]:
+    """Text frames for the stepper: frame k lists the first k+1 events (the last one marked)."""
+    ev = timeline_events(tl)[:max_events]
+    frames = []
+    for k in range(len(ev)):
+        lines = [f"{'▶' if i == k else ' '} {t * 1e3:7.2f} ms  {what}" for i, (t, what) in enumerate(ev[:k + 1])]
+        frames.append(f"{tl.loop} loop, event {k + 1}/{len(ev)}\n" + "\n".join(lines))
+    return frames
+
+
+def plot_ratio_curve(rows: Sequence[dict], ax=None):
+    """Measured overlap/normal throughput ratio against device/CPU time per step, with the ideal
+    ``(c + d) / max(c, d)`` curve; ``rows`` as ``radixlab.benchmarks.overlap.curve`` returns them."""
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("rows must not be empty")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+    xs = [r["proportion"] for r in rows]
+    grid = [0.2 + i * (max(max(xs), 1.0) * 1.15 - 0.2) / 100 for i in range(101)]
+    ax.plot(grid, [(1 + x) / max(1.0, x) for x in grid], color="#999999", label="ideal (c+d)/max(c,d)")
+    ax.plot(xs, [r["ratio"] for r in rows], "o-", color=COLORS["sched"], label="measured")
+    ax.axvspan(1.5, 2.0, color=COLORS["idle"], alpha=0.6, label="device ≈ 1.5–2× CPU")
+    ax.set_xlabel("device time / scheduler CPU time per step")
+    ax.set_ylabel("throughput overlap / normal")
+    ax.set_ylim(min(0.8, min(r["ratio"] for r in rows) - 0.1), 2.2)
+    ax.legend(fontsize=8)
+    fig = fig or ax.figure
+    fig.tight_layout()
+    return fig

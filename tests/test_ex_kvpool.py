@@ -1,0 +1,163 @@
+"""Exercise 07.1: the check passes the solution, says "not done yet" to the blank, fails each wrong answer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from radixlab.course import check
+from radixlab.course.ex_kvpool import (build_scenario, check_gather_kv, extend_with, gather_cases,
+                                       reference_gather_kv)
+from radixlab.model.layers import gather_kv as model_gather_kv
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    slots = req_to_token[req_pool_idx, :seq_len]
+    return k_buffer[slots], v_buffer[slots]
+
+
+def blank(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    raise NotImplementedError()
+
+
+def slot_as_position(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    return k_buffer[:seq_len], v_buffer[:seq_len]
+
+
+def forgets_the_prefix(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    """Reads only the newest token, as if the pool held nothing older."""
+    slots = req_to_token[req_pool_idx, seq_len - 1:seq_len]
+    return k_buffer[slots], v_buffer[slots]
+
+
+def zeros_for_the_prefix(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    """Right shape, but only the request's own (non-shared) pages filled in."""
+    k, v = solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len)
+    shared = {int(s) for r in range(req_to_token.shape[0]) if r != req_pool_idx for s in req_to_token[r]}
+    own = torch.tensor([int(s) not in shared for s in req_to_token[req_pool_idx, :seq_len]])
+    return k * own[:, None, None], v * own[:, None, None]
+
+
+def one_short(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    return solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len - 1)
+
+
+def one_long(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    return solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len + 1)
+
+
+def shifted_by_one(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    slots = req_to_token[req_pool_idx, 1:seq_len + 1]
+    return k_buffer[slots], v_buffer[slots]
+
+
+def whole_row(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    return k_buffer[req_to_token[req_pool_idx]], v_buffer[req_to_token[req_pool_idx]]
+
+
+def always_row_zero(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    return solution(req_to_token, k_buffer, v_buffer, 0, seq_len)
+
+
+def sorted_slots(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    slots = req_to_token[req_pool_idx, :seq_len].sort().values
+    return k_buffer[slots], v_buffer[slots]
+
+
+def k_twice(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    k, _ = solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len)
+    return k, k
+
+
+def heads_first(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    k, v = solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len)
+    return k.transpose(0, 1), v.transpose(0, 1)
+
+
+def writes_the_row(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    out = solution(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len)
+    req_to_token[req_pool_idx, :seq_len] = 0
+    return out
+
+
+def test_solution_passes_with_full_score():
+    result = check_gather_kv(solution, record=False)
+    assert result.passed, repr(result)
+    assert (result.score, result.max_score) == (4, 4)
+    assert repr(result).startswith("✅ Exercise 07.1 (gather_kv): passed.")
+
+
+def test_handing_in_radixlab_own_gather_fails():
+    for own in (reference_gather_kv, model_gather_kv):
+        result = check_gather_kv(own, record=False)
+        assert result.score == 0 and "write your own" in repr(result)
+
+
+def test_blank_is_not_done_yet_and_recorded():
+    n = len(check.RESULTS)
+    result = check_gather_kv(blank)
+    assert result.not_done and not result.passed and result.score == 0
+    assert "not done yet" in repr(result) and "07.1" in repr(result)
+    assert check.RESULTS[n:] == [result]
+    check.RESULTS[n:] = []
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (slot_as_position, "position 0"),
+    (forgets_the_prefix, "has shape (1, 2, 16)"),
+    (zeros_for_the_prefix, "a cached-prefix token, computed by another request"),
+    (one_short, "expected (30, 2, 16)"),
+    (one_long, "expected (30, 2, 16)"),
+    (shifted_by_one, "position 0"),
+    (whole_row, "has shape (64, 2, 16)"),
+    (always_row_zero, "request B"),
+    (sorted_slots, "of position"),
+    (k_twice, "V of position 0"),
+    (heads_first, "has shape (2, 30, 16)"),
+])
+def test_each_plausible_wrong_answer_fails(wrong, hint):
+    result = check_gather_kv(wrong, record=False)
+    assert not result.passed and result.score < 4
+    assert hint in repr(result), repr(result)
+    # The mapping case sees it too, through the model's attention, unless the extra rows are ones
+    # the causal mask hides anyway (reading past seq_len is wrong, but harmless there).
+    assert result.outcomes[-1].passed == (wrong in (one_long, whole_row))
+
+
+def test_a_gather_that_writes_loses_the_read_only_point():
+    result = check_gather_kv(writes_the_row, record=False)
+    failed = [o.name for o in result.outcomes if not o.passed]
+    assert "a read changes nothing" in failed and result.outcomes[0].passed, failed  # right values, wrong manners
+
+
+def test_hidden_cases_need_the_blank_line():
+    result = check_gather_kv(lambda *args: (torch.zeros(1), torch.zeros(1)), record=False)
+    assert not any(o.passed for o in result.outcomes)
+
+
+def test_scenario_shares_a_prefix_in_scrambled_slots():
+    s = build_scenario(4)
+    a, b = s.rows["A"], s.rows["B"]
+    assert b == 2 and s.prefix_len_b == 24
+    assert torch.equal(s.req_to_token[a, :24], s.req_to_token[b, :24])       # B reads A's prefix slots
+    assert not torch.equal(s.req_to_token[b, :len(s.tokens["B"])],
+                           torch.arange(len(s.tokens["B"])))                 # slot != position
+    assert s.tokens["B"][:24] == s.tokens["A"][:24]
+    case = gather_cases(4)["B"]
+    assert case.seq_len == len(s.tokens["B"]) and all(k.shape == (case.seq_len, 2, 16) for k in case.want_k)
+
+
+def test_plugged_in_reference_extends_like_dense():
+    got, want = extend_with(solution)
+    assert (got - want).abs().max() < 1e-4
+    for wrong in (slot_as_position, sorted_slots, forgets_the_prefix):
+        got, want = extend_with(wrong)
+        assert (got - want).abs().max() > 1e-2

@@ -1,0 +1,61 @@
+"""Exercise 08.1's check: the answer passes, every plausible wrong answer fails with a message that
+names the exercise, the evidence is plain data, and the verdict never varies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixlab.course import ex_overlap as ex
+from radixlab.course.exercises import all_specs
+
+
+def _solution(device, batch, in_flight):  # the notebook's answer, written out (not radixlab's own)
+    if in_flight is not None:
+        in_flight.wait_inputs_read()
+    layout = device.write_inputs(batch.step, batch.fields)
+    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+
+def test_registered_for_the_grader():
+    assert all_specs()["08.1"].check == "check_run_batch"
+
+
+def test_solution_passes():
+    r = ex.check_run_batch(_solution, record=False)
+    assert r.passed and r.score == r.max_score, repr(r)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (ex.no_barrier, "corrupted"),
+    (ex.barrier_after_write, "corrupted"),
+    (ex.full_sync, "lost their overlap"),
+])
+def test_wrong_answers_fail_with_a_useful_message(wrong, words):
+    def copy(device, batch, in_flight):  # a student's own copy of the wrong answer
+        return wrong(device, batch, in_flight)
+    r = ex.check_run_batch(copy, record=False)
+    assert not r.passed
+    assert "08.1" in repr(r) and words in repr(r)
+
+
+def test_student_edition_blank_is_not_done_and_imported_answer_fails():
+    def run_batch(device, batch, in_flight):
+        raise NotImplementedError()
+    r = ex.check_run_batch(run_batch, record=False)
+    assert r.not_done and "08.1" in repr(r)
+    assert not ex.check_run_batch(ex.reference_run_batch, record=False).passed
+
+
+def test_evidence_is_plain_data_and_deterministic():
+    args = ex.cases(0)[0].args
+    a, b = ex.drive(ex.no_barrier, args), ex.drive(ex.no_barrier, args)
+    assert json.loads(json.dumps(a)) == a == b
+    assert a["corrupted"] == list(range(a["steps"] - 1))
+    assert ex.compare(a, ex.drive(ex.reference_run_batch, args), args).count("corrupted") == 1
+
+
+def test_bad_argument():
+    with pytest.raises(TypeError, match="run_batch"):
+        ex.check_run_batch(42)

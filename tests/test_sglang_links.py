@@ -1,0 +1,86 @@
+"""What the notebooks say about SGLang points at the pinned source: tag v0.5.17, checked line numbers.
+
+Every link to SGLang's repository must be ``.../blob/v0.5.17/python/sglang/<path>#L<n>``, and every
+"Where this lives in SGLang" section names the tag. Where SGLang's source is on this machine
+(``RADIXLAB_SGLANG_SRC``, default ``/work/ext/sglang/sglang``, the unzipped v0.5.17 wheel), each link's
+line must hold one of the names its text shows, so a wrong or drifted line number fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+TAG = "v0.5.17"
+SRC = Path(os.environ.get("RADIXLAB_SGLANG_SRC", "/work/ext/sglang/sglang"))
+LINK = re.compile(r"\[([^\]]+)\]\((https://github\.com/sgl-project/sglang/[^)\s]*)\)")
+GOOD = re.compile(rf"https://github\.com/sgl-project/sglang/blob/{re.escape(TAG)}/python/sglang/([\w/.-]+\.py)#L(\d+)$")
+# Notebooks another branch is rewriting (issue 12: 02 and 04); remove once their tables carry the tag.
+PENDING = {"02_cow_split", "04_pages_and_namespaces"}
+
+
+def _links(path: Path) -> list[tuple[str, str]]:
+    nb = nbformat.read(path, as_version=4)
+    return [m.groups() for c in nb.cells if c.cell_type == "markdown" for m in LINK.finditer(c.source)]
+
+
+def _markdown(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_sglang_links_are_pinned_and_the_table_names_the_tag(path):
+    if path.stem in PENDING:
+        pytest.skip("rewritten on another branch (issue 12 §4); see PENDING")
+    text = _markdown(path)
+    for label, url in _links(path):
+        assert GOOD.match(url), f"{path.stem}: link {label!r} → {url} is not blob/{TAG}/python/sglang/<path>#L<n>"
+    section = text.split("## Where this lives in SGLang", 1)
+    assert len(section) == 2, f"{path.stem} has no 'Where this lives in SGLang' section"
+    table = section[1].split("## Recap", 1)[0]
+    assert TAG in table, f"{path.stem}: the SGLang table does not name tag {TAG}"
+    assert "github.com/sgl-project/sglang" in table, f"{path.stem}: the SGLang table links no source"
+
+
+@pytest.mark.skipif(not SRC.is_dir(), reason=f"SGLang {TAG} source not on this machine ({SRC})")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_link_points_at_a_line_naming_what_it_shows(path):
+    for label, url in _links(path):
+        m = GOOD.match(url)
+        if not m:
+            continue  # reported by the test above
+        file, line = SRC / m.group(1), int(m.group(2))
+        assert file.is_file(), f"{path.stem}: {url} names a file that v0.5.17 does not have"
+        lines = file.read_text(encoding="utf-8").splitlines()
+        assert 0 < line <= len(lines), f"{path.stem}: {url} is past the end of {m.group(1)}"
+        names = [n for n in re.findall(r"[A-Za-z_][A-Za-z_0-9]*", label.replace(".py", "")) if len(n) > 2]
+        assert any(n in lines[line - 1] for n in names), (
+            f"{path.stem}: {label} → {m.group(1)}#L{line}, which reads {lines[line - 1].strip()!r}")
+
+
+def test_the_checker_catches_a_drifted_line(tmp_path):
+    """The line check is not vacuous: a link one line off fails it."""
+    if not SRC.is_dir():
+        pytest.skip("SGLang source not on this machine")
+    lines = (SRC / "srt/mem_cache/radix_cache.py").read_text(encoding="utf-8").splitlines()
+    assert "def match_prefix" in lines[352 - 1] and "match_prefix" not in lines[353 - 1]
+
+
+def test_notebook_06_starts_where_05_stopped():
+    """06 rebuilds figure 4-1 after request 1 finished: the same state 05 ends with."""
+    def last_drawing(path, caption_start):
+        nb = nbformat.read(path, as_version=4)
+        texts = [o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        hits = [t for t in texts if t.startswith(caption_start)]
+        assert hits, f"{path.name}: no drawing captioned {caption_start!r}"
+        return hits[-1].split("\n", 1)[1]
+
+    nb05, nb06 = (ROOT / "notebooks" / f for f in ("05_request_lifecycle_and_locks.ipynb", "06_eviction.ipynb"))
+    assert last_drawing(nb05, "request 1 finished") == last_drawing(nb06, "figure 4-1: request 1 finished")
