@@ -289,3 +289,17 @@ def test_viz_timeline_draws_and_steps():
     assert all(g[0] < g[1] for g in device_gaps(a))
     fig = plot_ratio_curve([{"proportion": 1.0, "ratio": 1.5}, {"proportion": 2.0, "ratio": 1.3}])
     plt.close(fig)
+
+
+def test_bench_overlap_quick_runs_and_reports(tmp_path, capsys):
+    from radixlab.benchmarks.overlap import main
+
+    out = tmp_path / "b.json"
+    assert main(["--quick", "--skip-engine", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "device ≈ 1.5–2× CPU: ToyDecodeModel(layers=" in text and "cpu-thread" in text
+    import json
+    data = json.loads(out.read_text())
+    assert {"ratio", "ideal", "idle_normal", "idle_overlap"} <= set(data["curve"][0])
+    with pytest.raises(SystemExit):
+        main(["--steps", "0"])

@@ -40,7 +40,10 @@ class CUDABackend(DeviceBackend):
         super().__init__(program, **kwargs)
         if not torch.cuda.is_available():
             raise RuntimeError("the cuda backend needs a CUDA device; use 'cpu-process' on this machine")
-        self.device = torch.device(device)
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"device must be a CUDA device, got {device}")
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
         self._started = False
 
     def _ensure_started(self) -> None:

@@ -18,6 +18,10 @@ no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for te
 ``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
 and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
 writes into another request's half-filled page).
+
+``disable_overlap_schedule`` (SGLang's flag; ``True`` by default here, see ``overlap_scheduler.py`` for
+why) and ``device_backend`` (``"cpu-process"``, ``"cpu-thread"``, ``"cuda"``) run the same scheduler on a
+device backend with the overlap or the normal loop: notebook 08.
 """
 
 from __future__ import annotations

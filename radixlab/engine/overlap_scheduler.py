@@ -18,7 +18,10 @@ What changes against the normal scheduler, and why (each mirrors SGLang v0.5.17)
    next CPU steps write both (result processing rewrites rows in ``cache_unfinished_req``, the
    next schedule allocates rows).
 
-Not supported with a backend (the engine falls back to the in-process normal loop): ``keep_logits``.
+The engine's default is ``disable_overlap_schedule=True`` (SGLang's default is overlap on). On a GPU overlap
+is free throughput; in this course the engine is first a thing to inspect: the normal loop runs the model in
+the caller's process (step into it, patch it, read every tensor), and with the tiny model the device step is
+long against ~1–2 ms of scheduler Python, so overlap buys little (``bench overlap`` part 3). One flag turns it on.
 """
 
 from __future__ import annotations
