@@ -62,9 +62,11 @@ def report(paths: bool = True) -> list[tuple[str, str]]:
 
 def show(paths: bool = True) -> None:
     """Print the report; notebook 00 calls ``show(paths=False)``."""
+    # The header goes out first: the report takes a few seconds (importing PyTorch to ask about CUDA),
+    # and a silent cell looks stuck (notebook 00).
+    print("radixlab doctor", flush=True)
     rows = report(paths)
     width = max(len(k) for k, _ in rows)
-    print("radixlab doctor")
     for k, v in rows:
         print(f"  {k.ljust(width)}  {v}")
 

@@ -69,6 +69,16 @@ def test_doctor_without_paths_shows_no_machine_paths(capsys):
     assert _sys.executable not in out and "/usr/bin/dot" not in out and "/work" not in out
 
 
+def test_doctor_prints_its_header_before_the_slow_report(capsys, monkeypatch):
+    """A student sees output at once, not after the seconds the report takes (notebook 00)."""
+    from radixlab import doctor
+
+    seen = []
+    monkeypatch.setattr(doctor, "report", lambda paths: seen.append(capsys.readouterr().out) or [("python", "3")])
+    doctor.show(paths=False)
+    assert seen == ["radixlab doctor\n"] and capsys.readouterr().out == "  python  3\n"
+
+
 @pytest.mark.parametrize("args", [["-h"], ["demo", "-h"], ["doctor", "-h"], ["student", "-h"], ["bench", "-h"],
                                   ["bench", "lookup", "-h"], ["bench", "evict", "--help"], ["grade", "-h"],
                                   ["grade", "--help"]], ids=" ".join)
