@@ -356,6 +356,13 @@ class HashedKey(RadixKey):
     __slots__ = ("block_hashes",)
 
 
+class HashedBytes(bytes):
+    """Packed token ids that carry the request's block-hash list too (``Req.packed_ids``): the
+    request path builds keys with ``RadixKey.from_packed``, and the hashes ride along."""
+
+    block_hashes: list
+
+
 class HashBlock:
     """One cached block: chain hash, tokens, slots, and vLLM's ``ref_cnt`` (here ``lock_ref``).
 
@@ -429,6 +436,8 @@ class HashBlockCache:
     def block_hashes(self, key: RadixKey) -> list[int]:
         """Chain hashes of the full blocks of ``key``, reusing (and extending) those the request keeps."""
         kept = getattr(key, "block_hashes", None)
+        if kept is None:
+            kept = getattr(key.packed, "block_hashes", None)
         hashes = kept if kept is not None else []
         tokens, bs = key.token_ids, self.block_size
         n = len(tokens) // bs

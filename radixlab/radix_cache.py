@@ -139,7 +139,8 @@ class RadixCache:
 
         Like SGLang, a match that ends inside an edge splits that edge so that ``last_node`` is
         exactly where the match ends (the node a request then locks). Touched nodes get a fresh
-        ``last_access_time``.
+        ``last_access_time``. ``device_indices`` is read-only: when the match is a single edge it
+        is that node's own index tensor (no copy; SGLang copies with ``torch.cat`` even then).
         """
         key = self._prepare_key(key, "key")
         if self.page_size != 1:

@@ -159,3 +159,26 @@ def compare_orders(trace: Sequence[TraceRequest], capacity: int, policies: Seque
     out = {p: serve_with_policy(trace, p, capacity, seed) for p in policies}
     out["paper-dfs"] = serve_order(trace, paper_dfs_order(trace), capacity)
     return out
+
+
+def service_frames(trace: Sequence[TraceRequest], policy: str, capacity: int, seed: int = 0,
+                   labels: Sequence[str] | None = None) -> tuple[list[str], OrderResult]:
+    """The stepper of notebook 09: before each request is served, the queue in the policy's order,
+    the one served, its hit, and the tree as text. Returns (frames, result)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    rng = random.Random(seed)
+    name = (lambda i: labels[i]) if labels is not None else str
+    frames: list[str] = []
+
+    def pick(waiting: list[SimRequest], cache: RadixCache) -> SimRequest:
+        decision = order_queue(policy, waiting, cache, rng, in_batch_check=False)
+        nxt = decision.order[0]
+        hit = decision.prefix_len.get(nxt.rid)
+        frames.append(f"step {len(frames) + 1} ({policy}): queue {' '.join(name(r.rid) for r in decision.order)}"
+                      f"  → serve {name(nxt.rid)}" + (f" (cached prefix {hit})" if hit is not None else "")
+                      + "\n" + cache.format())
+        return nxt
+
+    result = serve_dynamic(trace, capacity, pick)
+    return frames, result

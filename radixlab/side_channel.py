@@ -100,12 +100,14 @@ def candidates(num_candidates: int, secret_len: int, vocab: int, seed: int = 0) 
 
 def run_attack(engine: Any, trials: int = 8, num_candidates: int = 6, template_len: int = 16,
                secret_len: int = 192, salted: bool = False, clock: SimulatedClock = SimulatedClock(),
-               seed: int = 0, progress: bool = False) -> AttackResult:
+               seed: int = 0, progress: bool = False, forged_key: str | None = None) -> AttackResult:
     """Play ``trials`` rounds of the attack on ``engine`` (a radix-cache ``Engine``); see the module docstring.
 
     Each round: flush the cache; A sends template + secret + A's question; B sends one warm-up probe
     (its own template entry, so every real probe starts equal) and then every candidate, in a random
     order, behind the template with B's question. ``salted`` gives A and B their own ``extra_key``.
+    ``forged_key``: B sends this ``extra_key`` instead of its own, as a client could if the server
+    took the salt from the request (notebook 10: why the salt must come from a trusted layer).
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -115,6 +117,8 @@ def run_attack(engine: Any, trials: int = 8, num_candidates: int = 6, template_l
     template = [rng.randrange(vocab) for _ in range(template_len)]
     docs = candidates(num_candidates, secret_len, vocab, seed)
     a_key, b_key = ("tenant-A", "tenant-B") if salted else (None, None)
+    if forged_key is not None:
+        b_key = forged_key
     one = {"max_new_tokens": 1}
     result = AttackResult(salted, num_candidates, trials)
     rounds = range(trials)
@@ -126,7 +130,8 @@ def run_attack(engine: Any, trials: int = 8, num_candidates: int = 6, template_l
         secret = rng.randrange(num_candidates)
         result.secrets.append(secret)
         engine.generate(template + docs[secret] + [rng.randrange(vocab) for _ in range(8)], one, extra_key=a_key)
-        junk = [rng.randrange(vocab) for _ in range(secret_len)]
+        firsts = {d[0] for d in docs}
+        junk = [next(t for t in range(vocab) if t not in firsts)] + [rng.randrange(vocab) for _ in range(secret_len - 1)]
         engine.generate(template + junk + [1, 2, 3], one, extra_key=b_key)  # B's warm-up probe
         for c in rng.sample(range(num_candidates), num_candidates):
             prompt = template + docs[c] + [rng.randrange(vocab) for _ in range(4)]

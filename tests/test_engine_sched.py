@@ -57,6 +57,13 @@ def test_every_policy_and_prefix_cache_gives_the_same_greedy_tokens(model, promp
             assert sum(o["meta_info"]["cached_tokens"] for o in out) > 0
 
 
+def test_policies_and_hash_cache_under_the_overlap_loop(model, prompts):
+    _, want, _ = run(model, prompts, disable_radix_cache=True)
+    for kw in (dict(schedule_policy="lpm"), dict(schedule_policy="dfs-weight"), dict(prefix_cache="hash")):
+        _, got, _ = run(model, prompts, disable_overlap_schedule=False, **kw)
+        assert got == want, kw
+
+
 def test_unknown_policy_or_prefix_cache_is_a_value_error(model):
     with pytest.raises(ValueError, match="schedule_policy"):
         Engine(model, schedule_policy="sjf")

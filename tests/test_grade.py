@@ -308,6 +308,11 @@ def test_misuse_exits_2_with_a_message(tmp_path, capsys):
     assert "matches none" in capsys.readouterr().err
 
 
+LEGACY_CHECKS = {"07.1", "09.1"}
+"""Exercises whose check still uses check.run_check: the grader lists them for marking by hand until
+their authors write an ExerciseSpec (then remove them from here)."""
+
+
 def test_every_course_notebook_is_gradable():
     """Each instructor notebook's check cells map to exercise specs, and its questions are found."""
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
@@ -315,7 +320,8 @@ def test_every_course_notebook_is_gradable():
         nb = nbformat.read(path, as_version=4)
         calls = {m for c in nb.cells if c.cell_type == "code" for m in grade.CHECK_CALL.findall(c.source)}
         assert {e.check for e in lesson.exercises} >= calls
-        assert all(e.spec is not None for e in lesson.exercises), f"{path.name}: a check without a spec"
+        legacy = {e.id for e in lesson.exercises if e.spec is None}
+        assert legacy <= LEGACY_CHECKS, f"{path.name}: a check without an ExerciseSpec: {legacy}"
         solutions = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
         assert len(lesson.questions) == len(solutions)
         assert all(q.prompt for q in lesson.questions), f"{path.name}: a reference answer without a question before it"
@@ -424,7 +430,7 @@ def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
     paths = []
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         lesson = grade.load_lesson(path)
-        if lesson.exercises:
+        if any(e.spec for e in lesson.exercises):
             (tmp_path / "student").mkdir(exist_ok=True)
             nbformat.write(blank(path), tmp_path / "student" / path.name)
             paths += [path, tmp_path / "student" / path.name]
@@ -433,4 +439,7 @@ def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
     for rep in json.loads(out.read_text())["reports"]:
         student = "/student/" in rep["submission"]
         for r in rep["exercises"]:
+            if r["exercise"] in LEGACY_CHECKS:
+                assert r["status"] == "manual" and "mark by hand" in r["reason"]
+                continue
             assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)

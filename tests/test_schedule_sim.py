@@ -82,3 +82,14 @@ def test_bad_arguments():
         serve_with_policy(trace, "sjf", 3)
     with pytest.raises(ValueError, match="max_requests"):
         best_order_brute_force(prompts_only([[i] for i in range(8)]))
+
+
+def test_service_frames_show_each_step():
+    from radixlab.schedule_sim import service_frames
+
+    trace = prompts_only([[1, 1, 1, 5], [2, 2, 2, 5], [1, 1, 1, 6]])
+    frames, res = service_frames(trace, "lpm", 4, labels=["A1", "B1", "A2"])
+    assert len(frames) == 3 and frames[0].startswith("step 1 (lpm): queue A1 B1 A2  → serve A1")
+    assert "→ serve A2 (cached prefix 3)" in frames[1] and res.order == (0, 2, 1)
+    with pytest.raises(ValueError, match="policy"):
+        service_frames(trace, "nope", 4)

@@ -44,6 +44,8 @@ def test_shared_namespace_leaks_and_a_salt_closes_the_channel(engine):
     assert shared.accuracy("simulated") == 1.0 and shared.auc("simulated") == 1.0
     assert salted.auc("simulated") < 0.8 and salted.accuracy("simulated") < 1.0
     assert "ROC AUC" in shared.summary("measured")
+    forged = run_attack(engine, trials=3, num_candidates=4, secret_len=48, salted=True, forged_key="tenant-A")
+    assert forged.accuracy("simulated") == 1.0  # a salt the client chooses protects nothing
 
 
 def test_simulated_clock_is_seeded():

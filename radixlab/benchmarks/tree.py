@@ -371,7 +371,8 @@ def _timed(obj: Any, names: Sequence[str], acc: dict) -> None:
         setattr(obj, name, wrapper)
 
 
-def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max_total_tokens: int = 8192) -> dict:
+def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max_total_tokens: int = 8192,
+                       **engine_kwargs: Any) -> dict:
     """Serve ``trace`` through ``radixlab.engine.Engine``; where the scheduler's CPU time goes.
 
     Returns the wall time of ``generate``, the time inside the model's forward (what a GPU would
@@ -380,13 +381,15 @@ def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max
     """
     from ..engine import Engine
 
-    engine = Engine(model, page_size=page_size, max_total_tokens=max_total_tokens)
+    engine = Engine(model, page_size=page_size, max_total_tokens=max_total_tokens, **engine_kwargs)
+    prompts = [list(r.prompt_ids) for r in trace]
+    params = [{"max_new_tokens": max(1, len(r.output_ids)), "ignore_eos": True} for r in trace]
+    engine.generate(prompts[:2], params[:2])  # warm-up (first calls into torch are slow), then start empty
+    engine.flush_cache()
     cache_ns: dict = {}
     fwd: dict = {}
     _timed(engine.tree_cache, CACHE_METHODS, cache_ns)
     _timed(engine.model_runner, ("forward",), fwd)
-    prompts = [list(r.prompt_ids) for r in trace]
-    params = [{"max_new_tokens": max(1, len(r.output_ids)), "ignore_eos": True} for r in trace]
     t0 = pc()
     engine.generate(prompts, params)
     wall = pc() - t0
@@ -416,15 +419,23 @@ def bottleneck_rate(tree_us_per_request: float, step_ms: float = 10.0) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def yardstick(reqs: list[list[int]]) -> dict:
+def yardstick(reqs: list[list[int]], system_len: int = 1000) -> dict:
+    """One ``bytes ==`` of a request's tokens, and the two floors under a match that are not the tree:
+    ``torch.cat`` of a full hit's two index tensors (SGLang pays it too) and packing the token list."""
+    from ..radix_key import pack_tokens
+
     toks = reqs[0]
-    env = {"ab": array("q", toks).tobytes(), "bb": array("q", fresh(toks)).tobytes()}
-    return {"tokens": len(toks), "bytes_eq_ns": _best_ns("ab == bb", env, 2000, 50)}
+    n = len(toks)
+    env = {"ab": array("q", toks).tobytes(), "bb": array("q", fresh(toks)).tobytes(), "torch": torch,
+           "path": [torch.arange(system_len), torch.arange(n - system_len)], "pack": pack_tokens, "lst": fresh(toks)}
+    return {"tokens": n, "bytes_eq_ns": _best_ns("ab == bb", env, 2000, 50),
+            "torch_cat_path_ns": _best_ns("torch.cat(path)", env, 500, 20),
+            "pack_list_ns": _best_ns("pack(lst)", env, 200, 20)}
 
 
 def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 3,
         growth_sizes: Sequence[int] = (1000, 10000), growth_ops: int = 300, use_sglang: bool = True,
-        seed: int = 0, progress: bool = True) -> dict:
+        seed: int = 0, progress: bool = True, timeit_number: int = 200) -> dict:
     """Everything ``bench tree`` measures, as one JSON-able record."""
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if progress else (lambda *a: None)
     sides = [radixlab_side("fast"), radixlab_side("readable")]
@@ -447,14 +458,14 @@ def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 
     rec["reference"]["ops"].update(eb["ops"])
     rec["reference"]["agree"] = rec["reference"]["agree"] and eb["agree"]
     rec["reference"]["nodes"] = prompts * (turns + 1)
-    rec["yardstick"] = yardstick(reqs)
+    rec["yardstick"] = yardstick(reqs, wl.system_len)
     say("memory")
     rec["memory"] = [tree_memory(reqs, "fast"), tree_memory(reqs[: max(1, len(reqs) // 5)], "readable")]
     del reqs
     gc.collect()
     say("compare and conversion by length")
-    rec["compare_ns"] = compare_costs()
-    rec["conversion_ns"] = conversion_costs()
+    rec["compare_ns"] = compare_costs(number=timeit_number)
+    rec["conversion_ns"] = conversion_costs(number=max(1, timeit_number // 2))
     rec["growth"] = growth(sides, growth_sizes, growth_ops, seed=seed, progress=lambda s: say(f"growth {s} nodes done"))
     rec["env"]["loadavg_end"] = os.getloadavg()
     rec["env"]["wall_s"] = time.perf_counter() - t0
@@ -487,6 +498,10 @@ def format_record(rec: dict) -> str:
                  + (f"; fast full-hit match = {full['median_us'] * 1e3 / y['bytes_eq_ns']:.0f}x that" if full else ""))
     if full:
         lines.append(f"tokens compared per second (fast full hit): {y['tokens'] / full['median_us'] * 1e6 / 1e6:.0f} M")
+    if "torch_cat_path_ns" in y:
+        lines.append(f"floors: torch.cat of a full hit's two index tensors {y['torch_cat_path_ns'] / 1e3:.1f} us "
+                     f"(= {y['torch_cat_path_ns'] / y['bytes_eq_ns']:.0f}x bytes ==); packing the {y['tokens']}-token list "
+                     f"{y['pack_list_ns'] / 1e3:.1f} us")
     lines.append(f"results agree across sides: {rec['reference']['agree']}")
     lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
     cols = list(rec["compare_ns"][0])[1:]

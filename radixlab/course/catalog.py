@@ -42,6 +42,11 @@ COURSE = [
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process, the WAR hazard "
            "made deterministic, exercise: place the barrier, lesson 4 Q3, when overlap does not help", "lesson 4"),
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
+           "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
+           "bench serve", "lesson 4"),
+    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
+           "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "lesson 4"),
     Lesson("11_performance_boundaries", "Performance boundaries: what a Python radix tree costs", 20,
            "fast vs readable matcher vs SGLang's own tree, cost vs tree size, memory per token, converting token "
            "lists for a native tree, the tree's share of the scheduler, lesson 4's pass criteria", "lesson 4"),

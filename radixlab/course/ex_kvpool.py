@@ -9,10 +9,13 @@ is the read half of ``RadixAttention`` (``radixlab.model.layers.gather_kv``).
 The check serves real requests with the tiny model through a real pool (pages handed out in a
 scrambled order, so a slot number says nothing about a position; request B reuses request A's cached
 prefix pages and sits in row 2) and compares the student's K/V with the K/V that ``forward_dense``
-computes for the same tokens. Every input and expected output is a plain tensor or int
-(``GatherCase``), so the check can run in a process the student's code never touched. It catches
-the plausible wrong answers: the slot used as the position, the prefix forgotten, ``seq_len`` off by
-one, the wrong row, slots sorted out of position order.
+computes for the same tokens (the instructor's gather, ``answers_kvpool``, reads exactly those, which
+``tests/test_ex_kvpool.py`` checks). One ``ExerciseSpec`` serves the check cell and the grader:
+``drive`` builds the scenario from plain case data and returns the student's K/V as plain lists, so
+the grader judges them in its own process. The cases catch the plausible wrong answers: the slot used
+as the position, the prefix forgotten, ``seq_len`` off by one, the wrong row, slots sorted out of
+position order, a read that writes. The last case runs an EXTEND chunk with the student's gather
+inside every ``RadixAttention`` layer.
 """
 
 from __future__ import annotations
@@ -20,16 +23,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..model.forward_batch import ForwardBatch, ForwardMode
-from ..model.layers import gather_kv as model_gather_kv
 from ..model.loader import load_tiny
 from ..tokenizer import encode
-from .check import Case, CheckResult, own_code, run_check
+from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "07.1"
 TITLE = "gather_kv"
@@ -41,13 +43,6 @@ PROMPT_A = SYSTEM + "Hi!"
 PROMPT_B = SYSTEM + "What is 2+2?"
 PROMPT_C = "Hey"
 NEXT_CHUNK = " And 3+3?"
-
-
-def reference_gather_kv(req_to_token: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                        req_pool_idx: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The instructor solution: read the row, then the slots' rows of the buffers."""
-    slots = req_to_token[req_pool_idx, :seq_len]
-    return k_buffer[slots], v_buffer[slots]
 
 
 @dataclass
@@ -126,9 +121,9 @@ def _dense_kv(tokens: tuple[int, ...]) -> list[tuple[torch.Tensor, torch.Tensor]
     return load_tiny(device="cpu").dense_kv(torch.tensor(tokens))
 
 
-def gather_cases(page_size: int = 4) -> dict[str, GatherCase]:
-    """The check's questions for one page size, each with the K/V ``forward_dense`` gives."""
-    s = build_scenario(page_size)
+def gather_cases(page_size: int = 4, seed: int = 0) -> dict[str, GatherCase]:
+    """Questions on one scenario, each with the K/V ``forward_dense`` gives (for tests and the notebook)."""
+    s = build_scenario(page_size, seed)
 
     def case(name: str, req: str, seq_len: int, prefix_len: int = 0) -> GatherCase:
         kv = _dense_kv(tuple(s.tokens[req]))
@@ -142,42 +137,14 @@ def gather_cases(page_size: int = 4) -> dict[str, GatherCase]:
     }
 
 
-def compare(fn: GatherKV, case: GatherCase) -> None:
-    """Run the student's gather on copies of the case's tensors, assert it gives forward_dense's K/V."""
-    call = f"gather_kv(req_to_token, k_buffer, v_buffer, req_pool_idx={case.req_pool_idx}, seq_len={case.seq_len})"
-    for layer, (kb, vb) in enumerate(zip(case.k_buffers, case.v_buffers)):
-        out = fn(case.req_to_token.clone(), kb.clone(), vb.clone(), case.req_pool_idx, case.seq_len)
-        if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
-            raise AssertionError(f"{call} must return a tuple (k, v) of two tensors, got {type(out).__name__}")
-        for what, got, want in (("K", out[0], case.want_k[layer]), ("V", out[1], case.want_v[layer])):
-            if tuple(got.shape) != tuple(want.shape):
-                raise AssertionError(f"{call} on layer {layer}: {what} has shape {tuple(got.shape)}, expected "
-                                     f"{tuple(want.shape)} = (seq_len, kv_heads, head_dim)")
-            bad = ((got.float() - want).abs().amax(dim=(1, 2)) > 1e-4).nonzero()
-            if len(bad):
-                p = int(bad[0])
-                where = " (a cached-prefix token, computed by another request)" if p < case.prefix_len else ""
-                raise AssertionError(f"{call} on layer {layer}: {what} of position {p}{where} is not what "
-                                     f"forward_dense computes for that token. Position p lives in slot "
-                                     f"req_to_token[req_pool_idx, p].")
-
-
-def _unchanged(fn: GatherKV) -> None:
-    s = build_scenario(4)
-    row, k, v = s.req_to_token.clone(), s.k_buffers[0].clone(), s.v_buffers[0].clone()
-    fn(row, k, v, s.rows["B"], len(s.tokens["B"]))
-    if not (torch.equal(row, s.req_to_token) and torch.equal(k, s.k_buffers[0]) and torch.equal(v, s.v_buffers[0])):
-        raise AssertionError("gather_kv changed req_to_token or a buffer: a read must not write")
-
-
-def extend_with(fn: GatherKV, page_size: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def extend_with(fn: GatherKV, page_size: int = 4, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Plug ``fn`` into every ``RadixAttention`` of a fresh tiny model and extend B by ``NEXT_CHUNK``
-    through the pool; returns (those logits, forward_dense's logits for the same tokens).
+    through (a copy of) the scenario's pool; returns (those logits, forward_dense's for the same tokens).
 
     An EXTEND, not a DECODE: a lone decode token sees every key, and since K is stored already
     rotated, attention over a shuffled K/V gives the same answer; the causal mask of a chunk does not.
     """
-    s = build_scenario(page_size)
+    s = build_scenario(page_size, seed)
     model = load_tiny(device="cpu")
     for layer in model.model.layers:
         layer.self_attn.attn.gather_fn = fn
@@ -189,38 +156,115 @@ def extend_with(fn: GatherKV, page_size: int = 4) -> tuple[torch.Tensor, torch.T
     for i in range(c.num_hidden_layers):
         pool.k_buffer[i].copy_(s.k_buffers[i])
         pool.v_buffer[i].copy_(s.v_buffers[i])
-    tokens, row = s.tokens["B"], s.rows["B"]
-    chunk = encode(NEXT_CHUNK)
+    tokens, row, chunk = s.tokens["B"], s.rows["B"], encode(NEXT_CHUNK)
     req_pool.req_to_token[row, len(tokens):len(tokens) + len(chunk)] = torch.tensor(s.next_slots_b)
     fb = ForwardBatch.build(ForwardMode.EXTEND, [chunk], [row], [len(tokens)], s.next_slots_b)
     return model.forward(fb, req_pool, pool), model.forward_dense(torch.tensor(tokens + chunk))[len(tokens):]
 
 
-def _extend_matches(fn: GatherKV) -> None:
-    got, want = extend_with(fn)
-    diff = (got - want).abs().max().item()
-    if diff > 1e-4:
-        raise AssertionError(f"with your gather_kv inside RadixAttention, the logits of B's next {len(NEXT_CHUNK)} "
-                             f"tokens differ from "
-                             f"forward_dense's by {diff:.3g}")
+# -- the spec ---------------------------------------------------------------------------------------
+
+MAX_VALUES = 200_000  # an answer bigger than this comes back as its shape only
 
 
-def check_gather_kv(fn: GatherKV, record: bool = True) -> CheckResult:
-    """Grade exercise 07.1 (4 points): A and B (main 2), edge cases (1, hidden), inside RadixAttention (1)."""
-    fn = own_code(fn, "gather_kv", reference_gather_kv, model_gather_kv)
-    cases4 = gather_cases(4)
-    b = cases4["B"]
-    cases = [
-        Case(f"request A (row {cases4['A'].req_pool_idx}, {cases4['A'].seq_len} tokens of its own prompt): "
-             "K and V of every layer", lambda: compare(fn, cases4["A"]), 1.0),
-        Case(f"request B (row {b.req_pool_idx}, {b.prefix_len} prefix tokens cached by A, then its own, "
-             f"{b.seq_len} in all): K and V of every layer", lambda: compare(fn, b), 1.0),
-        Case("seq_len 1 (C's first token); seq_len 10 (only the first 10 of B's row)",
-             lambda: (compare(fn, cases4["C1"]), compare(fn, cases4["B10"])), 0.25, hidden=True),
-        Case("page size 1: request B", lambda: compare(fn, gather_cases(1)["B"]), 0.25, hidden=True),
-        Case("page size 16: request B", lambda: compare(fn, gather_cases(16)["B"]), 0.25, hidden=True),
-        Case("a read changes nothing", lambda: (compare(fn, cases4["A"]), _unchanged(fn)), 0.25, hidden=True),
-        Case("inside RadixAttention: B's next chunk through the pool gives forward_dense's logits",
-             lambda: _extend_matches(fn), 1.0, hidden=True, part="mapping"),
+def _plain(t: torch.Tensor) -> dict:
+    shape = list(t.shape)
+    return {"shape": shape, "values": t.detach().float().cpu().tolist() if t.numel() <= MAX_VALUES else None}
+
+
+def drive(fn: Callable, args: dict) -> dict:
+    """Build the case's inputs from the scenario (fresh copies), call ``fn``; its K/V as plain lists."""
+    s = build_scenario(args["page_size"], args["seed"])
+    if args["kind"] == "extend":
+        logits, _ = extend_with(fn, args["page_size"], args["seed"])
+        return {"logits": _plain(logits)}
+    row = s.rows[args["req"]]
+    seq_len = args["seq_len"]
+    layers = []
+    for kb, vb in zip(s.k_buffers, s.v_buffers):
+        inputs = (s.req_to_token.clone(), kb.clone(), vb.clone())
+        out = fn(*inputs, row, seq_len)
+        if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+            return {"bad_return": type(out).__name__}
+        if not all(torch.equal(a, b) for a, b in zip(inputs, (s.req_to_token, kb, vb))):
+            return {"mutated": True}
+        layers.append({"k": _plain(out[0]), "v": _plain(out[1])})
+    return {"layers": layers}
+
+
+def _first_bad_position(got: dict, want: dict) -> int | None:
+    g, w = torch.tensor(got["values"]), torch.tensor(want["values"])
+    bad = ((g - w).abs().flatten(1).amax(dim=1) > 1e-4).nonzero()
+    return int(bad[0]) if len(bad) else None
+
+
+def compare(got: dict, want: dict, args: dict) -> str | None:
+    """The first thing that differs, said so that a student can act on it."""
+    if args["kind"] == "extend":
+        g, w = torch.tensor(got["logits"]["values"]), torch.tensor(want["logits"]["values"])
+        diff = (g - w).abs().max().item() if g.shape == w.shape else float("inf")
+        return None if diff <= 1e-4 else (
+            f"with your gather_kv inside every RadixAttention layer, an EXTEND of {len(NEXT_CHUNK)} more tokens of "
+            f"request B gives logits {diff:.3g} away from forward_dense's")
+    call = (f"gather_kv(req_to_token, k_buffer, v_buffer, req_pool_idx={args['row']}, seq_len={args['seq_len']})"
+            f" with page_size {args['page_size']}")
+    if "bad_return" in got:
+        return f"{call} must return a tuple (k, v) of two tensors, got {got['bad_return']}"
+    if "mutated" in got:
+        return f"{call} changed req_to_token or a buffer: a read must not write"
+    for layer, (g, w) in enumerate(zip(got["layers"], want["layers"])):
+        for what in ("k", "v"):
+            if g[what]["shape"] != w[what]["shape"]:
+                return (f"{call} on layer {layer}: {what.upper()} has shape {tuple(g[what]['shape'])}, expected "
+                        f"{tuple(w[what]['shape'])} = (seq_len, kv_heads, head_dim)")
+            p = _first_bad_position(g[what], w[what])
+            if p is not None:
+                where = " (a cached-prefix token, computed by another request)" if p < args["prefix_len"] else ""
+                return (f"{call} on layer {layer}: {what.upper()} of position {p}{where} is not what forward_dense "
+                        f"computes for that token. Position p lives in slot req_to_token[req_pool_idx, p].")
+    return None if len(got["layers"]) == len(want["layers"]) else "a different number of layers came back"
+
+
+def cases(seed: int = 0) -> list[GradedCase]:
+    """Seed 0: the check cell's. Another seed scrambles the pages differently and picks another seq_len."""
+    rng = random.Random(seed)
+
+    def gather(req: str, page_size: int = 4, seq_len: int | None = None) -> dict:
+        s = build_scenario(page_size, seed)
+        n = len(s.tokens[req]) if seq_len is None else seq_len
+        prefix = min(n, s.prefix_len_b) if req == "B" else 0
+        return {"kind": "gather", "page_size": page_size, "seed": seed, "req": req, "row": s.rows[req],
+                "seq_len": n, "prefix_len": prefix}
+
+    a, b = gather("A"), gather("B")
+    part_len = 10 if seed == 0 else rng.randrange(2, b["seq_len"] - 1)
+    return [
+        GradedCase(f"request A (row {a['row']}, {a['seq_len']} tokens of its own prompt): K and V of every layer", a),
+        GradedCase(f"request B (row {b['row']}, {b['prefix_len']} prefix tokens cached by A, {b['seq_len']} in all): "
+                   "K and V of every layer", b, weight=2),
+        GradedCase("seq_len 1: only C's first token", gather("C", seq_len=1), "boundary"),
+        GradedCase(f"seq_len {part_len}: only the first {part_len} tokens of B's row", gather("B", seq_len=part_len),
+                   "boundary"),
+        GradedCase("page size 1: request B", gather("B", page_size=1), "boundary"),
+        GradedCase("page size 16: request B", gather("B", page_size=16), "boundary"),
+        GradedCase("inside RadixAttention: B's next chunk through the pool gives forward_dense's logits",
+                   {"kind": "extend", "page_size": 4, "seed": seed}, "boundary", weight=2),
     ]
-    return run_check(EXERCISE, TITLE, cases, record=record)
+
+
+def _reference(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    from .answers_kvpool import reference_gather_kv
+    return reference_gather_kv(*args)
+
+
+SPEC = ExerciseSpec(
+    id=EXERCISE, title=TITLE, function="gather_kv", check="check_gather_kv",
+    reference=_reference, drive=drive, cases=cases, compare=compare,
+    forbidden=("radixlab.*", "reference_gather_kv", "answers_kvpool", "gather_kv", "gather_fn"),
+    time_limit=60.0)  # the first case of a fresh seed builds its scenario: a few model steps on a busy CPU
+SPECS = [SPEC]
+
+
+def check_gather_kv(fn: GatherKV, *, record: bool = True) -> CheckResult:
+    """Check a student's ``gather_kv(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len)`` (exercise 07.1)."""
+    return check_exercise(SPEC, fn, record=record)

@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 
 from .edition import ANSWER_PLACEHOLDER, is_solution_cell
-from .exercises import all_specs, by_check, for_lesson
+from .exercises import all_specs, by_check, for_lesson, legacy_check
 from .extract import course_statements, extract, review
 from .rubric import RUBRIC
 from .runner import run_exercise
@@ -126,7 +126,9 @@ def load_lesson(path: Path) -> Lesson:
         spec = by_check(name)
         if spec is not None:
             specs.pop(spec.id, None)
-        exercises.append(Exercise(spec.id if spec else "?", spec.title if spec else name, name, spec))
+        legacy = None if spec else legacy_check(name)
+        exercises.append(Exercise(spec.id if spec else legacy[0] if legacy else "?",
+                                  spec.title if spec else legacy[1] if legacy else name, name, spec))
     exercises += [Exercise(s.id, s.title, s.check, s) for s in specs.values()]
     exercises.sort(key=lambda e: e.id)
     rubric = {**DEFAULT_RUBRIC, **nb.metadata.get("radixlab", {}).get("rubric", {})}
@@ -194,7 +196,8 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
     row = _row(exp, rubric)
     spec = exp.spec
     if spec is None:
-        row.update(status="manual", reason=f"no grading spec for {exp.check}(): mark by hand")
+        row.update(status="manual", reason=f"{exp.check}() has no ExerciseSpec yet, and a verdict from the student's "
+                   "kernel cannot be trusted: mark by hand (CONTRIBUTING.md, 'Exercises', says how to add one)")
         return row
     calls = [i for i, c in enumerate(sub.cells) if c.cell_type == "code" and exp.check in CHECK_CALL.findall(c.source)]
     if not calls:
@@ -224,7 +227,8 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
         row.update(status="error", reason="the exercise function could not be defined: "
                    + ("; ".join(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}" for e in run.errors) or run.stopped))
         return row
-    wants = [spec.drive(spec.reference, a) for a in args]  # the expected answers: the grader's own radixlab
+    # The expected answers, from the grader's own radixlab, through JSON like the executor's answers.
+    wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
     result = outcomes_for(spec, cases, run.outcomes, wants, rubric)
     row["cases"] = [dict(o.__dict__) for o in result.outcomes]
     row["main_path"], row["boundary"] = result.part_score("main"), result.part_score("boundary")

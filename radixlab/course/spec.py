@@ -20,6 +20,7 @@ does. Every case has a time limit, in the check cell too.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -95,7 +96,11 @@ def run_case(spec: ExerciseSpec, fn: Callable, args: Any, time_limit: float | No
         old = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        return {"answer": spec.drive(fn, args)}
+        try:
+            return {"answer": spec.drive(fn, args)}
+        finally:  # stop the timer first: an alarm after this point cannot hit the caller
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0)
     except CaseTimeout:
         return {"timeout": limit}
     except NotImplementedError:
@@ -106,7 +111,6 @@ def run_case(spec: ExerciseSpec, fn: Callable, args: Any, time_limit: float | No
         return {"raised": f"{type(exc).__name__}: {exc}"[:500], "line": _student_line(exc)}
     finally:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
 
 
@@ -261,8 +265,10 @@ def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool =
         else:
             outcome = run_case(spec, fn, case.args, time_limit)
         outcome["seconds"] = time.perf_counter() - t0
+        if "answer" in outcome:  # compare as the grader does: both sides as JSON data
+            outcome["answer"] = json.loads(json.dumps(outcome["answer"], default=repr))
         results.append(outcome)
-        wants.append(spec.drive(spec.reference, case.args))
+        wants.append(json.loads(json.dumps(spec.drive(spec.reference, case.args), default=repr)))
     result = outcomes_for(spec, cases, results, wants)
     if record:
         RESULTS.append(result)

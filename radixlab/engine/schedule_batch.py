@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..hash_cache import HashedKey
+from ..hash_cache import HashedBytes, HashedKey
 from ..model.forward_batch import ForwardMode
 from ..request import Request, extend
 
@@ -50,6 +50,12 @@ class Req(Request):
         key = HashedKey(self.all_ids if tokens is None else tokens, self.extra_key)
         key.block_hashes = self.block_hashes
         return key
+
+    def packed_ids(self, n: int) -> HashedBytes:
+        """The packed ids of ``Request.packed_ids``, carrying ``block_hashes`` for a hash cache."""
+        packed = HashedBytes(super().packed_ids(n))
+        packed.block_hashes = self.block_hashes
+        return packed
 
     def is_done(self) -> bool:
         return self.finished_reason is not None

@@ -179,6 +179,15 @@ def _download(path: Path, log: Callable[[str], Any]) -> None:
 # --- conversion (first load) and the converted cache ---------------------------------------------
 
 
+def _require_packages(*names: str) -> None:
+    import importlib.util
+
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if missing:
+        raise ImportError(f"SmolLM2 needs {', '.join(missing)} (radixlab dependencies): run `make setup` "
+                          "or `pip install -e .` in the repository")
+
+
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """Silence transformers' logging, warnings and progress bars (a warm load prints nothing)."""
@@ -205,6 +214,7 @@ def convert_gguf(progress: bool = True, overwrite: bool = False) -> Path:
     Written into a temporary sibling folder and renamed into place, so a crash leaves no half
     folder. ``progress`` shows a tqdm bar over the 272 tensors.
     """
+    _require_packages("gguf", "transformers", "safetensors")
     from safetensors.torch import save_file
 
     from .gguf_io import read_gguf
@@ -261,6 +271,7 @@ def convert_gguf(progress: bool = True, overwrite: bool = False) -> Path:
 def load_converted(progress: bool = True) -> tuple[dict[str, Any], dict[str, torch.Tensor], "SmolLM2Tokenizer"]:
     """Config fields, fp32 state dict (Hugging Face names; ``lm_head.weight`` added when tied) and
     tokenizer, from the converted cache (converting first if needed)."""
+    _require_packages("transformers", "safetensors")
     from safetensors.torch import load_file
 
     require_model_file()
@@ -335,6 +346,18 @@ def load_tokenizer(folder: str | Path | None = None) -> SmolLM2Tokenizer:
 # --- the model ----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _no_random_init() -> Iterator[None]:
+    """Skip the random init of Linear and Embedding weights (135M draws, ~1 s) while the model is
+    built: ``load_state_dict(strict=True)`` then overwrites every parameter, as transformers does."""
+    saved = torch.nn.Linear.reset_parameters, torch.nn.Embedding.reset_parameters
+    torch.nn.Linear.reset_parameters = torch.nn.Embedding.reset_parameters = lambda self: None
+    try:
+        yield
+    finally:
+        torch.nn.Linear.reset_parameters, torch.nn.Embedding.reset_parameters = saved
+
+
 def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype = torch.float32, progress: bool = True):
     """SmolLM2-135M-Instruct as a ``radixlab.model.llama.LlamaForCausalLM`` with its tokenizer.
 
@@ -349,7 +372,8 @@ def load_smollm2(device: torch.device | str | None = None, dtype: torch.dtype = 
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype must be a floating torch dtype, got {dtype!r}")
     config_fields, tensors, tokenizer = load_converted(progress=progress)
-    model = LlamaForCausalLM(ModelConfig.from_dict(config_fields), tokenizer=tokenizer)
+    with _no_random_init():
+        model = LlamaForCausalLM(ModelConfig.from_dict(config_fields), tokenizer=tokenizer)
     expected = set(model.state_dict())
     missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
     if missing or unexpected:

@@ -93,6 +93,7 @@ def plot_page_tradeoff(rows: list[dict]):
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_xlabel("page_size")
+        ax.set_ylim(bottom=0)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
     fig.tight_layout()

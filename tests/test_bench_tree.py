@@ -1,0 +1,53 @@
+"""bench tree: a small run holds every section, its sides agree, the saved record is complete."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixlab.benchmarks import tree as bt
+from radixlab.workloads import ReferenceTreeWorkload
+
+
+def test_small_run_has_every_section_and_agrees():
+    rec = bt.run(prompts=4, turns=3, ops=20, evict_reps=1, growth_sizes=(200,), growth_ops=10,
+                 use_sglang=False, progress=False, timeit_number=2)
+    assert rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"])
+    ops = rec["reference"]["ops"]
+    for op in ("full-hit match (key)", "full-hit match (list)", "system-prompt hit (key)", "miss (list)",
+               "insert (key)", "insert (list)", "build (key)", "evict all"):
+        assert set(ops[op]) == {"fast", "readable"}, op
+    assert rec["memory"][0]["packed_key_bytes_per_token"] == 8.0
+    assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
+    text = bt.format_record(rec)
+    assert "fast/readable" in text and "Growing trees" in text
+
+
+def test_reference_workload_shape():
+    wl = ReferenceTreeWorkload(5, 4, system_len=30, turn_len=10, seed=1)
+    reqs = wl.requests()
+    sides = [bt.radixlab_side("fast")]
+    cache, _ = bt.build(sides[0], reqs)
+    assert cache.num_nodes() == 5 * (1 + 4) and len(reqs) == 20
+    assert len(cache.match_prefix(wl.system_hit())) == 30 and len(cache.match_prefix(wl.miss())) == 0
+    with pytest.raises(ValueError, match="num_prompts"):
+        ReferenceTreeWorkload(0)
+
+
+def test_saved_record_is_complete():
+    rec = bt.load_record()
+    assert rec["reference"]["agree"] and rec["reference"]["nodes"] == 5100
+    assert {"fast", "readable"} <= set(rec["env"]["sides"])
+    assert max(g["nodes"] for g in rec["growth"]) >= 100_000  # the notebook's "from the saved record" points
+    assert rec["yardstick"]["bytes_eq_ns"] > 0
+
+
+def test_bottleneck_rate():
+    assert bt.bottleneck_rate(10.0, step_ms=10) == pytest.approx(100_000)
+    with pytest.raises(ValueError, match="tree_us_per_request"):
+        bt.bottleneck_rate(0)
+
+
+def test_cli_rejects_bad_sizes(capsys):
+    with pytest.raises(SystemExit):
+        bt.main(["--ops", "0"])
+    assert "--ops" in capsys.readouterr().err
