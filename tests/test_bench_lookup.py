@@ -72,3 +72,29 @@ def test_break_even_is_where_hashing_once_pays_back():
     assert "break-even lookups" in text and text.splitlines()[1].rstrip().endswith("10.0")
     row.kept_s = 5e-6  # the probe is not faster: keeping hashes never pays back
     assert row.break_even_lookups == float("inf")
+
+
+def test_per_request_cost_counts_the_trees_key_packing_and_says_never():
+    """The tree's once-per-request cost (packing the key) is measured and enters the break-even."""
+    row = lookup.run([256], repeats=2)[0]
+    assert row.pack_once_s > 0
+    row.hash_once_s, row.pack_once_s, row.kept_s, row.radix_s = 30e-6, 10e-6, 1e-6, 3e-6
+    assert row.break_even_lookups == pytest.approx(10.0)
+    row.pack_once_s = 40e-6  # packing costs more than hashing: the hash cache is ahead from the first lookup
+    assert row.break_even_lookups == 0.0
+    row.kept_s = 3e-6
+    assert row.break_even_lookups == float("inf")
+    assert lookup.format_per_request([row]).splitlines()[1].rstrip().endswith("never")
+
+
+def test_verdict_names_the_faster_lookup_from_the_times():
+    rows = lookup.run([256, 512], repeats=0)
+    with pytest.raises(ValueError, match="rows must be timed"):
+        lookup.verdict(rows)
+    rows[0].kept_s, rows[0].radix_s, rows[1].kept_s, rows[1].radix_s = 1e-6, 2e-6, 1e-6, 4e-6
+    assert "the kept-hash probe was faster" in lookup.verdict(rows) and "2 of 2" in lookup.verdict(rows)
+    rows[0].kept_s = 3e-6
+    assert "neither was faster everywhere" in lookup.verdict(rows)
+    rows[1].kept_s = 5e-6
+    v = lookup.verdict(rows)
+    assert "the radix match was faster" in v and "0 of 2" in v and "from 1.25× to 1.50×" in v

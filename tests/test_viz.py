@@ -150,6 +150,19 @@ def test_hash_table_picture_has_the_parent_column_of_its_text():
         draw_hash_table(RadixCache())
 
 
+def test_hash_table_picture_shows_its_caption_like_draw_tree():
+    """Notebook 03 sets the table beside a tree drawing: both pictures carry their caption."""
+    from radixlab.hash_cache import HashPrefixCache
+    from radixlab.viz.hashtable import draw_hash_table
+
+    c = HashPrefixCache(block_size=2)
+    c.insert([1, 2, 3, 4])
+    assert "graph [label=" not in draw_hash_table(c).dot_source
+    d = draw_hash_table(c, caption='the "hash" cache')
+    assert 'graph [label="the \\"hash\\" cache"' in d.dot_source
+    assert str(d).startswith('the "hash" cache\n')
+
+
 def test_page_table_svg_carries_the_verdict():
     """The ✗/✓ verdict of the text form is a row of the drawing too (notebook 04)."""
     from radixlab.viz.pages import page_table_view

@@ -12,13 +12,15 @@ that extends the long prompt by a new question:
 * radix ``match_prefix``.
 
 Each lookup gets the request as a ready ``RadixKey`` (built once per request, outside the timing),
-so the times compare lookup work only. Ratios are printed from the same run; notebook
+so the times compare lookup work only; building that key (packing the token ids) is the tree's
+once-per-request cost and is timed separately ("pack once"), beside "hash once". Ratios are printed from the same run; notebook
 03_hash_vs_radix plots them.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -61,6 +63,7 @@ class LookupRow:
     kept_s: float = float("nan")
     hash_once_s: float = float("nan")
     radix_s: float = float("nan")
+    pack_once_s: float = float("nan")  # the tree's once-per-request cost: token list -> RadixKey (packed int64)
 
     @property
     def probe_down_vs_radix(self) -> float:
@@ -74,11 +77,16 @@ class LookupRow:
     def break_even_lookups(self) -> float:
         """Lookups of one request after which keeping hashes has paid back hashing it once.
 
-        Per request the hash cache pays ``hash_once + n * kept`` and the tree ``n * radix``; the two
-        meet at ``n = hash_once / (radix - kept)`` (infinite when the probe is not faster).
+        Per request the hash cache pays ``hash_once + n * kept`` and the tree ``pack_once + n * radix``
+        (``pack_once`` counts as 0 when not measured); the two meet at
+        ``n = (hash_once - pack_once) / (radix - kept)``: infinite when the probe is not faster than
+        the match (keeping hashes never pays back), 0 when hashing once costs no more than packing once.
         """
         saved = self.radix_s - self.kept_s
-        return self.hash_once_s / saved if saved > 0 else float("inf")
+        if saved <= 0:
+            return float("inf")
+        pack = 0.0 if math.isnan(self.pack_once_s) else self.pack_once_s
+        return max(0.0, (self.hash_once_s - pack) / saved)
 
     @property
     def kept_vs_radix(self) -> float:
@@ -135,6 +143,8 @@ def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
         row.kept_s = _best_time(lambda: hc.match_kept_hashes(hashes), repeats)
         row.hash_once_s = _best_time(lambda: RequestBlockHashes(q.token_ids, bs), repeats)
         row.radix_s = _best_time(lambda: rc.match_prefix(q), repeats)
+        tokens = list(q.token_ids)  # the request's token ids, as a tokenizer hands them over
+        row.pack_once_s = _best_time(lambda: RadixKey(tokens), repeats)
     return row
 
 
@@ -174,12 +184,28 @@ def format_times(rows: Sequence[LookupRow]) -> str:
 
 
 def format_per_request(rows: Sequence[LookupRow]) -> str:
-    """What one request costs in all: hashing it once plus its lookups, vs the tree's lookups alone."""
-    lines = [f"{'prefix':>7} | {'1 lookup: hash once + probe':>27} {'radix':>8} | {'break-even lookups':>18}"]
+    """What one request costs with one lookup: hashing it once plus a probe, vs packing its key once
+    plus a match; and after how many lookups keeping hashes pays back ("never" if the probe is not faster)."""
+    lines = [f"{'prefix':>7} | {'hash once + 1 probe':>19} | {'pack once + 1 match':>19} | {'break-even lookups':>18}"]
     for r in rows:
-        lines.append(f"{r.prefix_len:>7} | {(r.hash_once_s + r.kept_s) * 1e6:>24.1f} µs {r.radix_s * 1e6:>5.1f} µs | "
-                     f"{r.break_even_lookups:>18.1f}")
+        pack = 0.0 if math.isnan(r.pack_once_s) else r.pack_once_s
+        n = r.break_even_lookups
+        lines.append(f"{r.prefix_len:>7} | {(r.hash_once_s + r.kept_s) * 1e6:>16.1f} µs | "
+                     f"{(pack + r.radix_s) * 1e6:>16.1f} µs | {'never' if math.isinf(n) else f'{n:.1f}':>18}")
     return "\n".join(lines)
+
+
+def verdict(rows: Sequence[LookupRow]) -> str:
+    """One line saying which lookup this run found faster, kept-hash probe or radix match, and by how much."""
+    timed = [r for r in rows if not (math.isnan(r.kept_s) or math.isnan(r.radix_s))]
+    if not timed:
+        raise ValueError("rows must be timed (run with repeats > 0)")
+    faster = sum(r.kept_s < r.radix_s for r in timed)
+    ratios = [r.kept_vs_radix for r in timed]
+    who = ("the kept-hash probe was faster" if faster == len(timed) else
+           "the radix match was faster" if faster == 0 else "neither was faster everywhere")
+    return (f"kept hashes vs radix match, this run: {who} (kept/radix from {min(ratios):.2f}× to {max(ratios):.2f}×; "
+            f"probe faster at {faster} of {len(timed)} lengths)")
 
 
 # -- the branching workload: where block granularity loses hits --------------------------------
@@ -263,20 +289,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  forward walk, re-hashing every block            : {last.forward_vs_radix:.2f}×")
     print(f"  forward probe with hashes kept on the request   : {last.kept_vs_radix:.2f}×  (vLLM's lookup)")
     print(f"  hashing the request once (paid once per request): {last.hash_once_s / last.radix_s:.2f}×")
+    print(f"  packing the request's key once (the tree's share): {last.pack_once_s / last.radix_s:.2f}×")
+    print(verdict(rows))
     return 0
 
 
 def plot_lookup_times(rows: Sequence[LookupRow]):
-    """Log-log plot of the three lookups' times against prefix length (notebook 03)."""
+    """Log-log plot of the four lookups' times and the two once-per-request costs against prefix length (notebook 03)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    fig, ax = plt.subplots(figsize=(9.6, 3.8))
     xs = [r.prefix_len for r in rows]
     for label, attr, style in [("hash: probe-down, re-hash (seed)", "probe_down_s", "o-"),
                                ("hash: forward, re-hash", "forward_s", "s-"),
                                ("hash: forward, kept hashes (vLLM)", "kept_s", "D-"),
                                ("radix: match_prefix", "radix_s", "^-"),
-                               ("hashing a request once (not per lookup)", "hash_once_s", "x:")]:
+                               ("hashing a request once (not per lookup)", "hash_once_s", "x:"),
+                               ("packing a request's key once (the tree's share)", "pack_once_s", "+:")]:
         ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
@@ -286,6 +315,6 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
     ax.set_ylabel("lookup time (µs, best of N)")
     ax.set_title("Longest-prefix lookup cost")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not on them
     fig.tight_layout()
     return fig

@@ -10,7 +10,7 @@ import html
 
 from ..hash_cache import HashPrefixCache
 from ..radix_cache import abbreviate
-from .trees import TreeDrawing
+from .trees import TreeDrawing, _dot_escape
 
 
 def draw_hash_table(cache: HashPrefixCache, caption: str = "", max_tokens: int = 6) -> TreeDrawing:
@@ -34,4 +34,7 @@ def draw_hash_table(cache: HashPrefixCache, caption: str = "", max_tokens: int =
     dot = ["digraph hashtable {", '  node [shape=plaintext, fontname="Helvetica", fontsize=11];',
            f'  t [label=<<table border="0" cellborder="1" cellspacing="0" cellpadding="4">'
            f'<tr><td colspan="5" bgcolor="#e8e8e8">{title}</td></tr>{"".join(rows)}</table>>];', "}"]
+    if caption:  # above the picture too, as draw_tree does, so the table and the tree set side by side read alike
+        dot.insert(1, f'  graph [label="{_dot_escape(caption)}", labelloc=t, labeljust=l, '
+                      f'fontname="Helvetica", fontsize=12];')
     return TreeDrawing(cache.format(max_tokens), "\n".join(dot), caption)
