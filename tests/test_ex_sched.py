@@ -8,8 +8,8 @@ import nbformat
 import pytest
 
 from radixlab.course.edition import strip_markers
-from radixlab.course.ex_sched import (SEED_DEPRIORITIZED, SEED_ORDER, SEED_QUEUE, check_lpm_order,
-                                      reference_lpm_order)
+from radixlab.course.answers_sched import reference_lpm_order
+from radixlab.course.ex_sched import SEED_DEPRIORITIZED, SEED_ORDER, SEED_QUEUE, SPEC, check_lpm_order
 from radixlab.engine.policies import sort_by_longest_prefix
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_scheduling_and_serving.ipynb"
@@ -60,7 +60,7 @@ def test_seed_queue_answer():
 @pytest.mark.skipif(not NOTEBOOK.exists(), reason="notebook 09 not written yet")
 def test_notebook_solution_passes_with_full_marks():
     result = check_lpm_order(notebook_solution())
-    assert result.passed and result.score == result.max_score == 9
+    assert result.passed and result.score == result.max_score == 3
     assert repr(result).startswith("✅ Exercise 09.1 (the LPM order)")
 
 
@@ -95,3 +95,11 @@ def test_fcfs_fails_the_hit_rate_case_and_says_why():
 def test_check_rejects_a_non_function():
     with pytest.raises(TypeError, match="lpm_order"):
         check_lpm_order("lpm")
+
+
+def test_grader_seeds_draw_other_hidden_cases_that_the_solution_still_passes():
+    for seed in (1, 2):
+        cases = SPEC.cases(seed)
+        assert cases[-1].args != SPEC.cases(0)[-1].args
+        for case in cases:
+            assert SPEC.drive(reference_lpm_order, case.args) == SPEC.drive(SPEC.reference, case.args)

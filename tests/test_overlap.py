@@ -297,9 +297,31 @@ def test_bench_overlap_quick_runs_and_reports(tmp_path, capsys):
     out = tmp_path / "b.json"
     assert main(["--quick", "--skip-engine", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "device ≈ 1.5–2× CPU: ToyDecodeModel(layers=" in text and "cpu-thread" in text
+    assert "device ≈ 1.5–2× CPU" in text and "ToyDecodeModel(layers=" in text and "cpu-thread" in text
     import json
     data = json.loads(out.read_text())
     assert {"ratio", "ideal", "idle_normal", "idle_overlap"} <= set(data["curve"][0])
     with pytest.raises(SystemExit):
         main(["--steps", "0"])
+
+
+def test_engine_without_barrier_on_the_adversarial_device_fails_loudly(tiny):
+    """The engine's inputs are indices: read from the next batch they make no valid batch, and the
+    device says why. With the barrier, the same adversarial device gives the normal loop's tokens."""
+    from radixlab.engine.overlap_scheduler import attach_backend
+
+    prompts = ["The radix tree shares", "Overlap hides", "A barrier orders"]
+    with Engine(tiny) as ref_engine:
+        ref = [o["output_ids"] for o in ref_engine.generate(prompts, {"max_new_tokens": 6})]
+    for barrier in (False, True):
+        e = Engine(tiny)
+        e.device_backend = attach_backend(e, "cpu-process", war_barrier=barrier, adversarial=True)
+        e.disable_overlap_schedule = False
+        if barrier:
+            assert [o["output_ids"] for o in e.generate(prompts, {"max_new_tokens": 6})] == ref
+            assert e.scheduler.timeline.corrupted_steps() == []
+        else:
+            with pytest.raises(RuntimeError, match=r"batch 0 read batch 1's inputs \(a WAR hazard"):
+                e.generate(prompts, {"max_new_tokens": 6})
+            assert e.req_to_token_pool.available_size() == e.req_to_token_pool.size  # nothing left taken
+        e.shutdown()

@@ -22,7 +22,7 @@ SRC = Path(os.environ.get("RADIXLAB_SGLANG_SRC", "/work/ext/sglang/sglang"))
 LINK = re.compile(r"\[([^\]]+)\]\((https://github\.com/sgl-project/sglang/[^)\s]*)\)")
 GOOD = re.compile(rf"https://github\.com/sgl-project/sglang/blob/{re.escape(TAG)}/python/sglang/([\w/.-]+\.py)#L(\d+)$")
 # Notebooks another branch is rewriting (issue 12: 02 and 04); remove once their tables carry the tag.
-PENDING = {"02_cow_split", "04_pages_and_namespaces"}
+PENDING: set[str] = set()
 
 
 def _links(path: Path) -> list[tuple[str, str]]:

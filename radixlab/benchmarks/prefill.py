@@ -38,8 +38,10 @@ def make_workload(tokenizer: Any, num_requests: int, system_tokens: int, questio
                         ("question_tokens", question_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    # The text repeated often enough for any tokenizer (a token is at least one character).
-    system = tokenizer.encode(SYSTEM_TEXT * (1 + system_tokens // len(SYSTEM_TEXT)))[:system_tokens]
+    text = SYSTEM_TEXT
+    while len(tokenizer.encode(text)) < system_tokens:  # repeat the text until it has enough tokens
+        text += SYSTEM_TEXT
+    system = tokenizer.encode(text)[:system_tokens]
     rng = random.Random(seed)
     prompts = []
     for i in range(num_requests):

@@ -91,7 +91,13 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                 conn.send(("read", step, t_read, time.perf_counter()))
                 t_dev = time.perf_counter()
                 # 3. the forward, then stash the sampled ids for the next step
-                tokens = program.forward(inputs).to(torch.int64)
+                try:
+                    tokens = program.forward(inputs).to(torch.int64)
+                except Exception as exc:
+                    if int(image[0]) != step:  # say why: the inputs were overwritten before they were read
+                        raise RuntimeError(f"batch {step} read batch {int(image[0])}'s inputs (a WAR hazard: the "
+                                           f"staging buffer was overwritten before the device read it): {exc}") from exc
+                    raise
                 future[inputs["req_pool_indices"]] = tokens
                 t_copy = time.perf_counter()
                 overlapped = None

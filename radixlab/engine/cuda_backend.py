@@ -98,7 +98,7 @@ class CUDABackend(DeviceBackend):
             ev["dev1"].record()
         self.copy_stream.wait_event(ev["dev1"])
         slot = self.results[launch.step % RING]
-        with torch.cuda.stream(self.copy_stream):  # 4. D2H on the copy stream
+        with torch.cuda.stream(self.copy_stream), torch.inference_mode():  # 4. D2H on the copy stream
             slot[:launch.batch_size + 2].copy_(out, non_blocking=True)
             ev["copy1"].record()
         out.record_stream(self.copy_stream)
