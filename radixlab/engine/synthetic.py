@@ -107,7 +107,7 @@ class ToyScheduler:
         self.cpu_ms = cpu_ms
         self.war_barrier = war_barrier
         self.run_batch_fn = run_batch_fn
-        self.needs_previous_tokens = needs_previous_tokens  # e.g. a grammar mask built from the last token
+        self.needs_previous_tokens = needs_previous_tokens  # next batch built from the last tokens
         g = torch.Generator().manual_seed(seed)
         vocab = getattr(backend.program, "vocab", 512)
         firsts = torch.randint(0, vocab, (num_reqs,), generator=g).tolist()
