@@ -80,3 +80,23 @@ def test_every_case_needs_the_barrier(seed):
     r = check_exercise(ex.SPEC, decode_only, seed=seed, record=False)
     failed = [o.name for o in r.outcomes if not o.passed]
     assert len(failed) == 1 and "second wave" in failed[0], repr(r)
+
+
+def test_rewriting_the_launch_records_does_not_buy_the_overlap():
+    """A full sync that then marks the launch as overlapped scored 3/3: the evidence of overlap was the
+    launch record, which run_batch holds. Now it is drive's own log of what run_batch waited for."""
+    def forged(device, batch, in_flight):
+        if in_flight is not None:
+            in_flight.result()
+            in_flight.record.overlapped = True
+        layout = device.write_inputs(batch.step, batch.fields)
+        return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+    def synchronizes(device, batch, in_flight):
+        device.synchronize()
+        layout = device.write_inputs(batch.step, batch.fields)
+        return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+    for fn in (forged, synchronizes):
+        r = ex.check_run_batch(fn, record=False)
+        assert r.score == 0 and "lost their overlap" in repr(r), repr(r)

@@ -65,10 +65,43 @@ class WaveScheduler(ToyScheduler):
         return batch
 
 
+class _View:
+    """What ``run_batch`` gets instead of the real device or launch: the public methods only, each call logged
+    in ``drive``'s own list. The evidence that the loop still overlaps is that log (did ``run_batch`` wait
+    for a result or synchronize?), not the launch records, which the student's code holds and could rewrite."""
+
+    def __init__(self, target: Any, log: Callable[[str], None], logged: tuple[str, ...]) -> None:
+        def get(name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(f"{name} is private: use the public methods")
+            value = getattr(target, name)
+            if name in logged:
+                def call(*a: Any, **k: Any) -> Any:
+                    log(name)
+                    return value(*a, **k)
+                return call
+            return value
+        object.__setattr__(self, "_get", get)
+
+    def __getattr__(self, name: str) -> Any:
+        return object.__getattribute__(self, "_get")(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("run_batch may not change the device or the launch")
+
+
 def _run(run_batch: Callable, args: dict, loop: str) -> dict:
+    waits: list[int] = []  # steps whose run_batch waited for a result (or synchronized the device)
+
+    def watched(device: Any, batch: Any, in_flight: Any) -> Any:
+        def log(name: str) -> None:
+            waits.append(batch.step)
+        view = None if in_flight is None else _View(in_flight, log, ("result",))
+        return run_batch(_View(device, log, ("synchronize",)), batch, view)
+
     with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True) as be:
         kwargs = dict(num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,
-                      war_barrier=False, seed=args.get("seed", 0), run_batch_fn=run_batch)
+                      war_barrier=False, seed=args.get("seed", 0), run_batch_fn=watched)
         if "second_wave_at" in args:
             sched: ToyScheduler = WaveScheduler(be, second_wave_at=args["second_wave_at"], **kwargs)
         else:
@@ -78,7 +111,7 @@ def _run(run_batch: Callable, args: dict, loop: str) -> dict:
         steps = tl.steps()
         return {"outputs": sched.outputs(), "corrupted": [r.step for r in steps if r.corrupted],
                 "consumed": [r.consumed_step for r in steps], "overlapped": [bool(r.overlapped) for r in steps],
-                "steps": len(steps)}
+                "waited": sorted(set(waits)), "steps": len(steps)}
 
 
 def drive(run_batch: Callable, args: dict) -> dict:
@@ -108,8 +141,8 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
         return f"normal loop, {args['num_reqs']} requests × {args['max_new_tokens']} tokens: the tokens differ from the reference run"
     if got["outputs"] != want["outputs"]:
         return f"{what}: the tokens differ from the reference run"
-    if got["overlapped"] != want["overlapped"]:
-        lost = sum(w and not g for g, w in zip(got["overlapped"], want["overlapped"]))
+    if got["overlapped"] != want["overlapped"] or got["waited"] != want["waited"]:
+        lost = max(sum(w and not g for g, w in zip(got["overlapped"], want["overlapped"])), len(got["waited"]))
         return (f"{what}: safe, but {lost} batches lost their overlap — the CPU waited for a batch's *result* "
                 "before launching the next one, so the device idled. The barrier only needs the inputs read: "
                 "in_flight.wait_inputs_read(), not in_flight.result()")
