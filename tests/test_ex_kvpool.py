@@ -91,6 +91,13 @@ def writes_the_row(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
     return out
 
 
+def nonzero_entries(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+    """Ignores seq_len: takes every filled slot of the row (slot 0 is never handed out here)."""
+    row = req_to_token[req_pool_idx]
+    slots = row[row != 0]
+    return k_buffer[slots], v_buffer[slots]
+
+
 def test_solution_passes_with_full_score():
     result = check_gather_kv(solution, record=False)
     assert result.passed, repr(result)
@@ -135,6 +142,7 @@ def test_blank_is_not_done_yet_and_recorded():
     (one_long, "expected (30, 2, 16)"),
     (shifted_by_one, "position 0"),
     (whole_row, "has shape (64, 2, 16)"),
+    (nonzero_entries, "expected (30, 2, 16)"),
     (always_row_zero, "request B"),
     (sorted_slots, "of position"),
     (k_twice, "V of position 0"),
@@ -146,7 +154,19 @@ def test_each_plausible_wrong_answer_fails(wrong, hint):
     assert hint in repr(result), repr(result)
     # The mapping case sees it too, through the model's attention, unless the extra rows are ones
     # the causal mask hides anyway (reading past seq_len is wrong, but harmless there).
-    assert result.outcomes[-1].passed == (wrong in (one_long, whole_row))
+    assert result.outcomes[-1].passed == (wrong in (one_long, whole_row, nonzero_entries))
+
+
+@pytest.mark.parametrize("seed", [0, 4242])
+def test_reading_past_seq_len_fails_the_main_cases_too(seed):
+    """A reused row holds stale slots past seq_len: an answer that ignores seq_len (the row's non-zero
+    entries, the whole row) fails every gather case, not only the short ones (it scored 2.67/3)."""
+    for wrong in (nonzero_entries, whole_row):
+        result = spec.check_exercise(SPEC, wrong, seed=seed, record=False)
+        failed = [o for o in result.outcomes if not o.passed]
+        assert [o.part for o in result.outcomes[:2]] == ["main", "main"] and not result.outcomes[0].passed
+        assert not result.outcomes[1].passed and len(failed) >= 6 and result.score <= 0.5, repr(result)
+        assert "past seq_len" in repr(result)
 
 
 def test_a_gather_that_writes_fails():

@@ -186,3 +186,41 @@ def test_the_grader_scores_01_1(graded):
     assert graded["partial_edges"]["points"] < 3
     assert graded["partial_edges"]["status"] == "failed"
     assert graded["wraps_radixlab"]["points"] == 0
+
+
+def trusts_the_edge(root, tokens):
+    """Checks only an edge's first token (the child's dict key), then jumps over the whole edge."""
+    node, i, hit = root, 0, (0, None)
+    while i < len(tokens) and tokens[i] in node.children:
+        child = node.children[tokens[i]]
+        i += len(child.key)
+        if i > len(tokens):
+            break
+        if child.value is not None:
+            hit = (i, child.value)
+        node = child
+    return hit
+
+
+def visible_table(root, tokens):
+    """A table of the check cell's visible answers (the seed's tokens), nothing else."""
+    table = {("sys", "prompt", "A"): (3, "KV0"), ("sys", "prompt", "B"): (3, "KV1")}
+    return table.get(tuple(tokens), (0, None))
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+def test_an_answer_that_trusts_the_edge_fails_a_hidden_case_too(seed):
+    """Divergence inside a deeper edge (not only the first one): it lost only a main case (2.33/3)."""
+    from radixlab.course.spec import check_exercise
+    r = check_exercise(ex_match.SPEC, trusts_the_edge, seed=seed, record=False)
+    assert any(not o.passed and o.part == "boundary" for o in r.outcomes), repr(r)
+    assert r.score < 2, repr(r)
+
+
+def test_the_graders_seeds_rename_the_visible_tokens():
+    """A table of the visible answers scored 1.53/3 in the grader; on a grader seed, it passes no main case."""
+    from radixlab.course.spec import check_exercise
+    for seed in (1, 2, 12345):
+        r = check_exercise(ex_match.SPEC, visible_table, seed=seed, record=False)
+        assert r.part_score("main") == 0, repr(r)
+        assert check_exercise(ex_match.SPEC, notebook_solution(), seed=seed, record=False).passed

@@ -31,6 +31,7 @@ def test_solution_passes():
     (ex.no_barrier, "corrupted"),
     (ex.barrier_after_write, "corrupted"),
     (ex.full_sync, "lost their overlap"),
+    (ex.barrier_for_decode_only, "a prefill too"),
 ])
 def test_wrong_answers_fail_with_a_useful_message(wrong, words):
     def copy(device, batch, in_flight):  # a student's own copy of the wrong answer
@@ -59,3 +60,43 @@ def test_evidence_is_plain_data_and_deterministic():
 def test_bad_argument():
     with pytest.raises(TypeError, match="run_batch"):
         ex.check_run_batch(42)
+
+
+@pytest.mark.parametrize("seed", [0, 12345])
+def test_every_case_needs_the_barrier(seed):
+    """No case gives points to an answer without a barrier (the blank with only its raise deleted), and a
+    barrier that skips prefill batches loses the second-wave case (a prefill launched over a decode in flight)."""
+    from radixlab.course.spec import check_exercise
+
+    def no_barrier(device, batch, in_flight):
+        layout = device.write_inputs(batch.step, batch.fields)
+        return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+    def decode_only(device, batch, in_flight):
+        return ex.barrier_for_decode_only(device, batch, in_flight)
+
+    r = check_exercise(ex.SPEC, no_barrier, seed=seed, record=False)
+    assert r.score == 0 and not any(o.passed for o in r.outcomes), repr(r)
+    r = check_exercise(ex.SPEC, decode_only, seed=seed, record=False)
+    failed = [o.name for o in r.outcomes if not o.passed]
+    assert len(failed) == 1 and "second wave" in failed[0], repr(r)
+
+
+def test_rewriting_the_launch_records_does_not_buy_the_overlap():
+    """A full sync that then marks the launch as overlapped scored 3/3: the evidence of overlap was the
+    launch record, which run_batch holds. Now it is drive's own log of what run_batch waited for."""
+    def forged(device, batch, in_flight):
+        if in_flight is not None:
+            in_flight.result()
+            in_flight.record.overlapped = True
+        layout = device.write_inputs(batch.step, batch.fields)
+        return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+    def synchronizes(device, batch, in_flight):
+        device.synchronize()
+        layout = device.write_inputs(batch.step, batch.fields)
+        return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+    for fn in (forged, synchronizes):
+        r = ex.check_run_batch(fn, record=False)
+        assert r.score == 0 and "lost their overlap" in repr(r), repr(r)

@@ -103,3 +103,32 @@ def test_grader_seeds_draw_other_hidden_cases_that_the_solution_still_passes():
         assert cases[-1].args != SPEC.cases(0)[-1].args
         for case in cases:
             assert SPEC.drive(reference_lpm_order, case.args) == SPEC.drive(SPEC.reference, case.args)
+
+
+def visible_table(waiting, deprioritized):
+    """The check cell's two visible answers, looked up; anything else in arrival order."""
+    if [tuple(w) for w in waiting] == [("q1", 0), ("q2", 96), ("q3", 40), ("q4", 96), ("q5", 0)]:
+        return ["q2", "q4", "q3", "q1", "q5"]
+    if [tuple(w) for w in waiting] == [("b", 5), ("a", 5), ("c", 9)]:
+        return ["c", "b", "a"]
+    return [w[0] for w in waiting]
+
+
+def test_the_graders_seeds_redraw_the_visible_queues():
+    """A table of the visible answers scored 1.4/3 in the grader; on a grader seed it passes no main case,
+    while the solution and ties-by-name behave as on the check cell's queues."""
+    from radixlab.course.spec import check_exercise
+    for seed in (1, 7, 12345):
+        r = check_exercise(SPEC, visible_table, seed=seed, record=False)
+        assert r.part_score("main") == 0, repr(r)
+        assert check_exercise(SPEC, notebook_solution(), seed=seed, record=False).passed
+        r = check_exercise(SPEC, ties_by_name, seed=seed, record=False)
+        assert not r.outcomes[1].passed, repr(r)
+
+
+def test_same_hit_rate_other_order_says_so():
+    """Ties broken by name reach LPM's hit rate in another order: the message said '60% ... LPM reaches 60%.
+    Longest cached prefix first?'; it must name the tie-break."""
+    r = check_lpm_order(ties_by_name, record=False)
+    sim = next(o for o in r.outcomes if "hit rate" in o.name)
+    assert not sim.passed and "arrival order" in sim.message and "Longest cached prefix first" not in sim.message

@@ -172,6 +172,17 @@ def _plain(t: torch.Tensor) -> dict:
     return {"shape": shape, "values": t.detach().float().cpu().tolist() if t.numel() <= MAX_VALUES else None}
 
 
+def with_stale_tail(req_to_token: torch.Tensor, row: int, seq_len: int, pool_size: int, seed: int) -> torch.Tensor:
+    """A copy of ``req_to_token`` whose ``row`` holds stale slots past ``seq_len``, as a reused row does
+    (``ReqToTokenPool.free`` does not clear it): an answer that reads past ``seq_len``, or that takes
+    the row's non-zero entries, reads another request's K/V."""
+    out = req_to_token.clone()
+    tail = out.shape[1] - seq_len
+    g = torch.Generator().manual_seed(1000 + seed)
+    out[row, seq_len:] = torch.randperm(pool_size, generator=g)[:tail] if tail <= pool_size else 1
+    return out
+
+
 def drive(fn: Callable, args: dict) -> dict:
     """Build the case's inputs from the scenario (fresh copies), call ``fn``; its K/V as plain lists."""
     s = build_scenario(args["page_size"], args["seed"])
@@ -180,13 +191,14 @@ def drive(fn: Callable, args: dict) -> dict:
         return {"logits": _plain(logits)}
     row = s.rows[args["req"]]
     seq_len = args["seq_len"]
+    req_to_token = with_stale_tail(s.req_to_token, row, seq_len, len(s.k_buffers[0]), args["seed"])
     layers = []
     for kb, vb in zip(s.k_buffers, s.v_buffers):
-        inputs = (s.req_to_token.clone(), kb.clone(), vb.clone())
+        inputs = (req_to_token.clone(), kb.clone(), vb.clone())
         out = fn(*inputs, row, seq_len)
         if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
             return {"bad_return": type(out).__name__}
-        if not all(torch.equal(a, b) for a, b in zip(inputs, (s.req_to_token, kb, vb))):
+        if not all(torch.equal(a, b) for a, b in zip(inputs, (req_to_token, kb, vb))):
             return {"mutated": True}
         layers.append({"k": _plain(out[0]), "v": _plain(out[1])})
     return {"layers": layers}
@@ -216,7 +228,8 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
         for what in ("k", "v"):
             if g[what]["shape"] != w[what]["shape"]:
                 return (f"{call} on layer {layer}: {what.upper()} has shape {tuple(g[what]['shape'])}, expected "
-                        f"{tuple(w[what]['shape'])} = (seq_len, kv_heads, head_dim)")
+                        f"{tuple(w[what]['shape'])} = (seq_len, kv_heads, head_dim). Read positions 0 .. seq_len - 1 "
+                        "of the row only: a reused row still holds an earlier request's slots past seq_len")
             p = _first_bad_position(g[what], w[what])
             if p is not None:
                 where = " (a cached-prefix token, computed by another request)" if p < args["prefix_len"] else ""

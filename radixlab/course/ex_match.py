@@ -75,13 +75,17 @@ def cases(seed: int = 0) -> list[GradedCase]:
     """The seed's requests (main), and hidden shapes with tokens drawn from ``seed``."""
     rng = random.Random(seed)
     t = rng.sample(range(1, 100), 12) if seed else list(range(1, 13))
+    a, b, c = A, B, C
+    if seed:  # the grader's seeds rename the seed's tokens: a table of the visible answers scores nothing
+        words = rng.sample(["sys", "prompt", "user", "assistant", "hello", "tool", "A", "B", "C", "D", "E", "doc"], 5)
+        a, b, c = [words[0], words[1], words[2]], [words[0], words[1], words[3]], [words[0], words[1], words[4]]
 
     def hidden(name: str, requests: list, queries: list, weight: float = 1.0) -> GradedCase:
         return GradedCase(name, {"requests": requests, "queries": queries}, "boundary", weight)
     return [
         GradedCase("seed: A and B cached; match A, B, C and the shared prefix",
-                   {"requests": [A, B], "queries": [A, B, C, ["sys", "prompt"]]}, weight=2),
-        GradedCase("only A cached: B diverges inside A's edge", {"requests": [A], "queries": [B, A, ["sys"]]}),
+                   {"requests": [a, b], "queries": [a, b, c, a[:2]]}, weight=2),
+        GradedCase("only A cached: B diverges inside A's edge", {"requests": [a], "queries": [b, a, a[:1]]}),
         hidden("a query longer than the cached path hits where the path ends", [t[:3]], [t[:5], t[:3] + [t[11]]]),
         hidden("the deepest node *holding a value* counts, not the last node reached",
                [t[:2], t[:4], t[:3] + [t[5]]], [t[:3] + [t[9]], t[:3], t[:4], t[:2] + [t[10]]]),
@@ -89,7 +93,9 @@ def cases(seed: int = 0) -> list[GradedCase]:
         hidden("forks at several depths, values on internal nodes",
                [t[:6], t[:3], t[:3] + t[6:8], [t[0], t[8], t[8]], [t[1], t[1]], t[:6] + [t[6], t[6]]],
                [t[:6] + [t[6]] * 3, t[:4], t[:3] + t[6:8] + [t[0]], t[:3] + [t[6]], [t[0], t[8]], [t[0], t[8], t[8]],
-                [t[1]] * 3, [t[1]], [t[2]], t[:6], t[:6] + [t[6]]], weight=2),
+                [t[1]] * 3, [t[1]], [t[2]], t[:6], t[:6] + [t[6]],
+                t[:4] + [t[9], t[10]]],  # diverges inside a deeper edge: a whole edge must agree, not its first token
+               weight=2),
     ]
 
 

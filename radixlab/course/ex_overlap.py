@@ -19,8 +19,10 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+import torch
+
 from ..engine.overlap import LOOPS
-from ..engine.synthetic import ToyScheduler, launch_with_barrier, toy_backend
+from ..engine.synthetic import ToyBatch, ToyScheduler, launch_with_barrier, python_work, toy_backend
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "08.1"
@@ -32,32 +34,115 @@ def reference_run_batch(device: Any, batch: Any, in_flight: Any) -> Any:
     return launch_with_barrier(device, batch, in_flight)
 
 
-def drive(run_batch: Callable, args: dict) -> dict:
-    """Run one scenario's event loop with ``run_batch`` on the adversarial device; what happened, as plain data."""
+class WaveScheduler(ToyScheduler):
+    """Requests arrive in two waves: the second wave's *prefill* is launched while a decode batch of the
+    first wave is still in flight (as in a real server, where new requests join a running batch). A
+    barrier that guards only decode batches corrupts that decode; ``ToyScheduler`` alone never shows
+    it, since all its requests start together and its only prefill is the first batch."""
+
+    def __init__(self, backend: Any, *, second_wave_at: int, **kwargs: Any) -> None:
+        super().__init__(backend, **kwargs)
+        self.second_wave_at = second_wave_at
+        self.late = {r.rid for r in self.reqs[(len(self.reqs) + 1) // 2:]}
+
+    def get_next_batch_to_run(self) -> ToyBatch | None:
+        arrived = self.step >= self.second_wave_at or all(
+            r.scheduled >= r.max_new_tokens for r in self.reqs if r.rid not in self.late)
+        active = [r for r in self.reqs if r.scheduled < r.max_new_tokens and (arrived or r.rid not in self.late)]
+        if not active:
+            return None
+        python_work(self.cpu_ms * 2 / 3 / 1e3)
+        new = [r for r in active if r.scheduled == 0]
+        reqs, is_prefill = (new, True) if new else (active, False)
+        fields = {"req_pool_indices": torch.tensor([r.pool_idx for r in reqs]),
+                  "positions": torch.tensor([r.scheduled for r in reqs])}
+        if is_prefill:
+            fields["input_ids"] = torch.tensor([r.first_token for r in reqs])
+        for r in reqs:
+            r.scheduled += 1
+        batch = ToyBatch(self.step, reqs, is_prefill, fields)
+        self.step += 1
+        return batch
+
+
+class _View:
+    """What ``run_batch`` gets instead of the real device or launch: the public methods only, each call logged
+    in ``drive``'s own list. The evidence that the loop still overlaps is that log (did ``run_batch`` wait
+    for a result or synchronize?), not the launch records, which the student's code holds and could rewrite."""
+
+    def __init__(self, target: Any, log: Callable[[str], None], logged: tuple[str, ...]) -> None:
+        def get(name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(f"{name} is private: use the public methods")
+            value = getattr(target, name)
+            if name in logged:
+                def call(*a: Any, **k: Any) -> Any:
+                    log(name)
+                    return value(*a, **k)
+                return call
+            return value
+        object.__setattr__(self, "_get", get)
+
+    def __getattr__(self, name: str) -> Any:
+        return object.__getattribute__(self, "_get")(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("run_batch may not change the device or the launch")
+
+
+def _run(run_batch: Callable, args: dict, loop: str) -> dict:
+    waits: list[int] = []  # steps whose run_batch waited for a result (or synchronized the device)
+
+    def watched(device: Any, batch: Any, in_flight: Any) -> Any:
+        def log(name: str) -> None:
+            waits.append(batch.step)
+        view = None if in_flight is None else _View(in_flight, log, ("result",))
+        return run_batch(_View(device, log, ("synchronize",)), batch, view)
+
     with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True) as be:
-        sched = ToyScheduler(be, num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,
-                             war_barrier=False, seed=args.get("seed", 0), run_batch_fn=run_batch)
-        tl = be.new_timeline(args["loop"])
-        LOOPS[args["loop"]](sched, tl)
+        kwargs = dict(num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,
+                      war_barrier=False, seed=args.get("seed", 0), run_batch_fn=watched)
+        if "second_wave_at" in args:
+            sched: ToyScheduler = WaveScheduler(be, second_wave_at=args["second_wave_at"], **kwargs)
+        else:
+            sched = ToyScheduler(be, **kwargs)
+        tl = be.new_timeline(loop)
+        LOOPS[loop](sched, tl)
         steps = tl.steps()
         return {"outputs": sched.outputs(), "corrupted": [r.step for r in steps if r.corrupted],
                 "consumed": [r.consumed_step for r in steps], "overlapped": [bool(r.overlapped) for r in steps],
-                "steps": len(steps)}
+                "waited": sorted(set(waits)), "steps": len(steps)}
+
+
+def drive(run_batch: Callable, args: dict) -> dict:
+    """Run one scenario's event loop with ``run_batch`` on the adversarial device; what happened, as plain data.
+
+    ``also_normal``: the normal loop runs first on the same requests (its outputs are reported too)."""
+    normal = _run(run_batch, args, "normal")["outputs"] if args.get("also_normal") else None
+    out = _run(run_batch, args, args["loop"])
+    if normal is not None:
+        out["normal_outputs"] = normal
+    return out
 
 
 def compare(got: dict, want: dict, args: dict) -> str | None:
     if got == want:
         return None
     what = f"{args['loop']} loop, {args['num_reqs']} requests × {args['max_new_tokens']} tokens"
+    if "second_wave_at" in args:
+        what += f", half of them arriving at step {args['second_wave_at']}"
     if got["corrupted"]:
         first = got["corrupted"][0]
         return (f"{what}: {len(got['corrupted'])} of {got['steps']} batches were corrupted — batch {first} ran with "
                 f"batch {got['consumed'][first]}'s inputs. The CPU overwrote the staging buffer before the device "
-                "had read it: wait for in_flight's inputs to be read *before* device.write_inputs(...)")
+                "had read it: wait for in_flight's inputs to be read *before* device.write_inputs(...)"
+                + (" — for every batch, a prefill too" if "second_wave_at" in args else ""))
+    if got.get("normal_outputs") != want.get("normal_outputs"):
+        return f"normal loop, {args['num_reqs']} requests × {args['max_new_tokens']} tokens: the tokens differ from the reference run"
     if got["outputs"] != want["outputs"]:
         return f"{what}: the tokens differ from the reference run"
-    if got["overlapped"] != want["overlapped"]:
-        lost = sum(w and not g for g, w in zip(got["overlapped"], want["overlapped"]))
+    if got["overlapped"] != want["overlapped"] or got["waited"] != want["waited"]:
+        lost = max(sum(w and not g for g, w in zip(got["overlapped"], want["overlapped"])), len(got["waited"]))
         return (f"{what}: safe, but {lost} batches lost their overlap — the CPU waited for a batch's *result* "
                 "before launching the next one, so the device idled. The barrier only needs the inputs read: "
                 "in_flight.wait_inputs_read(), not in_flight.result()")
@@ -72,8 +157,12 @@ def cases(seed: int = 0) -> list[GradedCase]:
                    c("overlap", 3, 6)),
         GradedCase("overlap loop, more requests and tokens", c("overlap", 6 + rng.randrange(4), 8 + rng.randrange(4),
                                                                seed), "boundary"),
-        GradedCase("one request, one token (nothing in flight)", c("overlap", 1, 1), "boundary"),
-        GradedCase("the normal loop still works", c("normal", 4, 5, seed), "boundary"),
+        GradedCase("one request, two tokens: the smallest run with a batch in flight", c("overlap", 1, 2), "boundary"),
+        GradedCase("a second wave of requests: its prefill is launched while a decode batch is in flight",
+                   dict(c("overlap", 4 + rng.randrange(3), 5 + rng.randrange(3), seed), second_wave_at=2 + rng.randrange(2)),
+                   "boundary"),
+        GradedCase("the normal loop, then the overlap loop on the same requests",
+                   dict(c("overlap", 4, 5, seed), also_normal=True), "boundary"),
     ]
 
 
@@ -100,6 +189,13 @@ def barrier_after_write(device: Any, batch: Any, in_flight: Any) -> Any:
     layout = device.write_inputs(batch.step, batch.fields)
     if in_flight is not None:
         in_flight.wait_inputs_read()
+    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+
+def barrier_for_decode_only(device: Any, batch: Any, in_flight: Any) -> Any:
+    if in_flight is not None and not batch.is_prefill:  # wrong: a prefill reuses the same staging buffer
+        in_flight.wait_inputs_read()
+    layout = device.write_inputs(batch.step, batch.fields)
     return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
 
 

@@ -71,6 +71,9 @@ def compare(got: Any, want: Any, args: dict) -> str | None:
         if got == want:
             return None
         mine = got.get("hit_rate") if isinstance(got, dict) else None
+        if mine is not None and abs(mine - want["hit_rate"]) < 1e-9:
+            return (f"served one at a time with your order, the hit rate is LPM's ({mine:.1%}), but the requests are "
+                    "served in another order: among equal cached prefixes, keep arrival order (a stable sort)")
         return (f"served one at a time with your order, the hit rate is "
                 f"{'?' if mine is None else format(mine, '.1%')}; LPM reaches {want['hit_rate']:.1%}. "
                 "Longest cached prefix first?")
@@ -96,11 +99,25 @@ def random_queues(n: int, seed: int = 0) -> list[list]:
     return out
 
 
+def visible_queues(seed: int) -> tuple[list, set, list]:
+    """The check cell's two visible queues; a grader seed renames the rids and redraws the lengths (same
+    shape: two equal longest, one in between, two zeros, the last held back; then a tie behind a longer one)."""
+    if not seed:
+        return SEED_QUEUE, SEED_DEPRIORITIZED, [("b", 5), ("a", 5), ("c", 9)]
+    rng = random.Random(seed)
+    r = [f"{rng.choice('abcdpqxyz')}{n}" for n in rng.sample(range(10, 99), 8)]
+    hi, mid, tie = rng.randrange(50, 200), rng.randrange(1, 49), rng.randrange(1, 30)
+    queue = [(r[0], 0), (r[1], hi), (r[2], mid), (r[3], hi), (r[4], 0)]
+    first, second = sorted(r[5:7], reverse=True)  # arrival order against name order
+    return queue, {r[4]}, [(first, tie), (second, tie), (r[7], tie + rng.randrange(1, 20))]
+
+
 def cases(seed: int = 0) -> list[GradedCase]:
     call = lambda *calls: {"calls": [[[list(p) for p in w], sorted(d)] for w, d in calls]}  # noqa: E731
+    queue, held, ties = visible_queues(seed)
     return [
-        GradedCase("the notebook's queue", call((SEED_QUEUE, SEED_DEPRIORITIZED))),
-        GradedCase("equal prefixes keep arrival order", call(([("b", 5), ("a", 5), ("c", 9)], set()))),
+        GradedCase("the notebook's queue", call((queue, held))),
+        GradedCase("equal prefixes keep arrival order", call((ties, set()))),
         GradedCase("served one at a time, your order reaches LPM's hit rate", {"sim": 5 + seed}, weight=2),
         GradedCase("deprioritized requests go last, in arrival order (whatever their prefix)",
                    call(([("x", 3), ("y", 0), ("z", 30)], {"y", "z"})), "boundary"),
