@@ -71,3 +71,12 @@ def test_engine_cache_share_counts_outermost_calls_and_lpm_matches_more():
         assert "insert" not in a["calls_by_method"]
         assert a["tree_us_per_request_median"] > 0
     assert runs["lpm"][0]["calls_by_method"]["match_prefix"] > runs["fcfs"][0]["calls_by_method"]["match_prefix"]
+
+
+def test_by_key_length_keeps_the_shape_and_checks_hits():
+    rows = bt.by_key_length([bt.radixlab_side("fast"), bt.radixlab_side("readable")], lengths=(12, 60), ops=5,
+                            prompts=3, turns=2)
+    assert [r["tokens"] for r in rows] == [12, 60] and all(r["agree"] for r in rows)
+    assert set(rows[0]["median_us"]["full-hit match (list)"]) == {"fast", "readable"}
+    with pytest.raises(ValueError, match="lengths"):
+        bt.by_key_length([bt.radixlab_side("fast")], lengths=(1,))

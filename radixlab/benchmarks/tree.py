@@ -255,6 +255,22 @@ def growth(sides: list[Side], sizes: Sequence[int], ops: int, system_len: int = 
     return rows
 
 
+def by_key_length(sides: list[Side], lengths: Sequence[int] = (60, 240, 1200, 4800), ops: int = 100,
+                  prompts: int = 10, turns: int = 4, seed: int = 0) -> list[dict]:
+    """Per-op medians vs key length: the same tree shape (prompts x turns, two edges per path, a
+    system prompt of 5/6 of the key) at every length, so only the tokens per edge change."""
+    rows = []
+    for n in lengths:
+        if n < 2:
+            raise ValueError(f"lengths must be at least 2 tokens, got {n}")
+        system = n * 5 // 6
+        wl = ReferenceTreeWorkload(prompts, turns, system, n - system, seed=seed + n)
+        table = op_table(sides, wl, wl.requests(), ops)
+        rows.append({"tokens": n, "agree": table["agree"],
+                     "median_us": {op: {name: st["median_us"] for name, st in v.items()} for op, v in table["ops"].items()}})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. The compare and the conversion, by length
 # ---------------------------------------------------------------------------------------------
