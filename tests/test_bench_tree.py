@@ -51,3 +51,32 @@ def test_cli_rejects_bad_sizes(capsys):
     with pytest.raises(SystemExit):
         bt.main(["--ops", "0"])
     assert "--ops" in capsys.readouterr().err
+
+
+def test_engine_cache_share_counts_outermost_calls_and_lpm_matches_more():
+    """The engine share counts each outermost tree call once, deterministically; lpm's scheduler matches
+    every waiting request at every step, so it calls match_prefix more often than fcfs on the same trace."""
+    from radixlab.model import load_model
+    from radixlab.workloads import generated_shared_prefix
+
+    model = load_model("tiny", device="cpu")
+    trace = generated_shared_prefix(num_groups=2, prompts_per_group=4, system_prompt_len=64, question_len=16,
+                                    output_len=4, vocab=256, seed=0)
+    runs = {p: [bt.engine_cache_share(trace, model, schedule_policy=p, max_running_requests=4) for _ in range(2)]
+            for p in ("fcfs", "lpm")}
+    for p, (a, b) in runs.items():
+        assert a["calls_by_method"] == b["calls_by_method"], p  # counts do not depend on timing
+        assert a["tree_calls"] == sum(a["calls_by_method"].values())
+        assert a["calls_by_method"]["cache_finished_req"] == len(trace)  # nested insert not counted again
+        assert "insert" not in a["calls_by_method"]
+        assert a["tree_us_per_request_median"] > 0
+    assert runs["lpm"][0]["calls_by_method"]["match_prefix"] > runs["fcfs"][0]["calls_by_method"]["match_prefix"]
+
+
+def test_by_key_length_keeps_the_shape_and_checks_hits():
+    rows = bt.by_key_length([bt.radixlab_side("fast"), bt.radixlab_side("readable")], lengths=(12, 60), ops=5,
+                            prompts=3, turns=2)
+    assert [r["tokens"] for r in rows] == [12, 60] and all(r["agree"] for r in rows)
+    assert set(rows[0]["median_us"]["full-hit match (list)"]) == {"fast", "readable"}
+    with pytest.raises(ValueError, match="lengths"):
+        bt.by_key_length([bt.radixlab_side("fast")], lengths=(1,))

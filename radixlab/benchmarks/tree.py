@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import struct
 import sys
 import time
@@ -254,6 +255,22 @@ def growth(sides: list[Side], sizes: Sequence[int], ops: int, system_len: int = 
     return rows
 
 
+def by_key_length(sides: list[Side], lengths: Sequence[int] = (60, 240, 1200, 4800), ops: int = 100,
+                  prompts: int = 10, turns: int = 4, seed: int = 0) -> list[dict]:
+    """Per-op medians vs key length: the same tree shape (prompts x turns, two edges per path, a
+    system prompt of 5/6 of the key) at every length, so only the tokens per edge change."""
+    rows = []
+    for n in lengths:
+        if n < 2:
+            raise ValueError(f"lengths must be at least 2 tokens, got {n}")
+        system = n * 5 // 6
+        wl = ReferenceTreeWorkload(prompts, turns, system, n - system, seed=seed + n)
+        table = op_table(sides, wl, wl.requests(), ops)
+        rows.append({"tokens": n, "agree": table["agree"],
+                     "median_us": {op: {name: st["median_us"] for name, st in v.items()} for op, v in table["ops"].items()}})
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. The compare and the conversion, by length
 # ---------------------------------------------------------------------------------------------
@@ -352,7 +369,11 @@ CACHE_METHODS = ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evic
 
 
 def _timed(obj: Any, names: Sequence[str], acc: dict) -> None:
-    """Wrap ``obj``'s methods so their time (outermost calls only) adds up in ``acc``."""
+    """Wrap ``obj``'s methods so each outermost call's ns lands in ``acc[name]`` (a list).
+
+    A call made from inside another wrapped call (``cache_finished_req`` calling ``insert``) is
+    neither timed nor counted again: its time is already inside its caller's.
+    """
     depth = [0]
     for name in names:
         real = getattr(obj, name)
@@ -365,8 +386,7 @@ def _timed(obj: Any, names: Sequence[str], acc: dict) -> None:
             finally:
                 depth[0] -= 1
                 if depth[0] == 0:
-                    acc[_name] = acc.get(_name, 0) + pc() - t0
-                acc["calls"] = acc.get("calls", 0) + 1
+                    acc.setdefault(_name, []).append(pc() - t0)
 
         setattr(obj, name, wrapper)
 
@@ -377,7 +397,10 @@ def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max
 
     Returns the wall time of ``generate``, the time inside the model's forward (what a GPU would
     run), the time inside the tree's methods (outermost calls), and the tree's share of the rest
-    (the scheduler's own CPU time).
+    (the scheduler's own CPU time). On a busy machine one preempted call can add milliseconds to
+    a total, so it also returns, per method, the number of outermost calls (deterministic for a
+    given trace and policy) and the median µs per call, and ``tree_us_per_request_median``: the
+    sum over methods of calls x median per call, per request (what the notebook 11 rate uses).
     """
     from ..engine import Engine
 
@@ -386,19 +409,24 @@ def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max
     params = [{"max_new_tokens": max(1, len(r.output_ids)), "ignore_eos": True} for r in trace]
     engine.generate(prompts[:2], params[:2])  # warm-up (first calls into torch are slow), then start empty
     engine.flush_cache()
-    cache_ns: dict = {}
-    fwd: dict = {}
+    cache_ns: dict[str, list] = {}
+    fwd: dict[str, list] = {}
     _timed(engine.tree_cache, CACHE_METHODS, cache_ns)
     _timed(engine.model_runner, ("forward",), fwd)
     t0 = pc()
     engine.generate(prompts, params)
     wall = pc() - t0
-    tree = sum(v for k, v in cache_ns.items() if k != "calls")
-    sched = wall - fwd.get("forward", 0)
-    return {"requests": len(trace), "wall_ms": wall / 1e6, "forward_ms": fwd.get("forward", 0) / 1e6,
+    tree = sum(sum(v) for v in cache_ns.values())
+    forward = sum(fwd.get("forward", []))
+    sched = wall - forward
+    med = {k: statistics.median(v) / 1e3 for k, v in cache_ns.items()}
+    calls = {k: len(v) for k, v in cache_ns.items()}
+    return {"requests": len(trace), "wall_ms": wall / 1e6, "forward_ms": forward / 1e6,
             "scheduler_ms": sched / 1e6, "tree_ms": tree / 1e6, "tree_share_of_scheduler": tree / sched,
-            "tree_us_per_request": tree / 1e3 / len(trace), "tree_calls": cache_ns.get("calls", 0),
-            "by_method_ms": {k: v / 1e6 for k, v in cache_ns.items() if k != "calls"}}
+            "tree_us_per_request": tree / 1e3 / len(trace), "tree_calls": sum(calls.values()),
+            "calls_by_method": calls, "median_us_by_method": med,
+            "tree_us_per_request_median": sum(calls[k] * med[k] for k in calls) / len(trace),
+            "by_method_ms": {k: sum(v) / 1e6 for k, v in cache_ns.items()}}
 
 
 def bottleneck_rate(tree_us_per_request: float, step_ms: float = 10.0) -> float:
