@@ -130,20 +130,7 @@ class OverlapScheduler(Scheduler):
         self._step = 0
         self.timeline: Timeline | None = None
 
-    # -- 1. schedule ----------------------------------------------------------------------------
-
-    def get_next_batch_to_run(self) -> Any:
-        if self.chunked_req is not None:
-            self.tree_cache.cache_unfinished_req(self.chunked_req, chunked=True)
-        if self.last_batch is not None and self.last_batch.forward_mode.is_extend():
-            self.last_batch.filter_batch(exclude=self.chunked_req)
-            self.running_batch.merge_batch(self.last_batch)
-        self.running_batch.filter_batch()
-        batch = self.get_new_batch_prefill()
-        if batch is None and not self.running_batch.is_empty():
-            batch = self._prepare_for_decode(self.running_batch)
-        self.last_batch = batch
-        return batch
+    # -- 1. schedule: Scheduler.get_next_batch_to_run, with decode batches built from futures --------
 
     def _prepare_for_decode(self, running: ScheduleBatch) -> ScheduleBatch | None:
         """A decode batch of the running requests that still need a token; slots from the allocated length."""

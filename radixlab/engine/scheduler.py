@@ -91,12 +91,17 @@ class Scheduler:
         # 3. Prefill first when anything waiting fits; otherwise decode the running batch.
         batch = self.get_new_batch_prefill()
         if batch is None and not self.running_batch.is_empty():
-            batch = self.running_batch
-            batch.prepare_for_decode()
-            self.stats.evicted_tokens += batch.evicted_tokens
-            batch.evicted_tokens = 0
+            batch = self._prepare_for_decode(self.running_batch)
         self.last_batch = batch
         return batch
+
+    def _prepare_for_decode(self, running: ScheduleBatch) -> ScheduleBatch | None:
+        """The running batch decodes one token per request (the overlap scheduler overrides this: its
+        decode batches are built from future token ids, notebook 08)."""
+        running.prepare_for_decode()
+        self.stats.evicted_tokens += running.evicted_tokens
+        running.evicted_tokens = 0
+        return running
 
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         """A prefill batch of waiting requests that fit (the chunked request first), or None."""
