@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from typing import Any, Callable, Sequence
@@ -277,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: the tiny model's ops are too small to gain from more, "
                              "and on a busy machine extra threads only wait for each other; 0 = torch's choice)")
-    parser.add_argument("--json", default="bench_serve.json", help="where to write the record ('' for none)")
-    parser.add_argument("--plot", default="bench_serve.png", help="where to save the plot ('' for none)")
+    parser.add_argument("--json", default="build/bench_serve.json", help="where to write the record ('' for none)")
+    parser.add_argument("--plot", default="build/bench_serve.png", help="where to save the plot ('' for none)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test (targets not meaningful)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
@@ -309,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     for rows in list(record["caches"].values()) + [record["policies"]]:
         for r in rows.values():
             r.pop("outputs", None)
+    for out in (args.json, args.plot):  # default: build/ (git-ignored), never the working tree's root
+        if out:
+            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
