@@ -373,6 +373,37 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
     ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
               "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
+    # frames and the call stack (the reference used to sit in the executor's globals)
+    ("01.1", ["import traceback\ndef match_prefix(root, tokens):\n    for frame, _ in traceback.walk_stack(None):\n"
+              "        for v in list(getattr(frame, 'f_globals').values()):\n            ref = getattr(v, 'reference', None)\n"
+              "            if callable(ref):\n                return ref(root, tokens)\n    return (0, None)"], "imports traceback"),
+    ("01.1", ["def match_prefix(root, tokens):\n    try:\n        1 / 0\n    except Exception as e:\n"
+              "        return getattr(e, 'tb_frame')"], "'tb_frame'"),
+    ("01.1", ["def match_prefix(root, tokens):\n    g = (x for x in [1])\n    return g.gi_frame.f_back"], ".gi_frame"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return getattr(root, '__dict__')"], "'__dict__'"),
+    ("01.1", ["from inspect import currentframe\ndef match_prefix(root, tokens):\n    return currentframe()"], "inspect"),
+    # getattr & co. as values (their names are constants, their use is not)
+    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n    g = getattr\n"
+              "    T = g(t, 'Radix' + 'Tree')\n    tree = T()\n    tree.root = root\n    return tree.match_prefix(tokens)"],
+     "uses getattr as a value"),
+    ("02.1", ["def split(node, idx):\n    g = getattr\n    T = type(node)\n    return g(T, '_sp' + 'lit')(None, node, idx)"],
+     "uses getattr as a value"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    g = getattr\n"
+              "    return g(type(cache), '_evict' + '_from_heap')(cache, heap, num_tokens)"], "uses getattr as a value"),
+    ("01.1", ["import functools\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    get = functools.partial(getattr, t)\n    return get('Radix' + 'Tree')"], "uses getattr as a value"),
+    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    return list(map(getattr, [t], ['Radix' + 'Tree']))"], "uses getattr as a value"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return hasattr(root, 'x' + 'y')"], "computed name"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return dir(root)"], "dir()"),
+    ("02.1", ["def split(node, idx):\n    return getattr(type(node), '_split')"], "'_split'"),
+    # patching a class through an object
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    type(device).synchronize = lambda self, *a: None\n"
+              "    raise NotImplementedError()"], "changes type(device).synchronize"),
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    device.__class__.launch = None\n    raise NotImplementedError()"],
+     "changes device.__class__.launch"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    T = type(cache)\n    T.evict_from = None\n    return 0"],
+     "changes T.evict_from"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)
@@ -390,9 +421,53 @@ def test_review_rejects_shortcuts(exercise, cells, evidence):
               "        cache._delete_leaf(node)\n    return evicted"]),
     ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
               "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
+    ("01.1", ["def match_prefix(root, tokens):\n    node, hit_len, hit_val, i = root, 0, None, 0\n"
+              "    while i < len(tokens):\n        child = getattr(node, 'children', {}).get(tokens[i])\n"
+              "        if child is None or list(child.key) != list(tokens[i:i + len(child.key)]):\n            break\n"
+              "        node, i = child, i + len(child.key)\n        if hasattr(node, 'value') and node.value is not None:\n"
+              "            hit_len, hit_val = i, node.value\n    return hit_len, hit_val"]),
 ])
 def test_review_accepts_honest_code(exercise, cells):
     assert _review(exercise, cells) == []
+
+
+def test_the_executor_holds_no_reference_and_no_answer(tmp_path):
+    """The executor process (no review here) finds no reference in any frame, global or module it reaches,
+    and cannot import the answers, the registry or the grader: wrapping the reference earns nothing."""
+    from radixlab.course.ex_match import cases
+    from radixlab.course.runner import run_exercise
+
+    probe = (
+        "import sys, traceback\n"
+        "def match_prefix(root, tokens):\n"
+        "    leaks = []\n"
+        "    for frame, _ in traceback.walk_stack(None):\n"
+        "        for scope in (frame.f_globals, frame.f_locals):\n"
+        "            for v in list(scope.values()):\n"
+        "                if callable(getattr(v, 'reference', None)):\n"
+        "                    leaks.append('spec in a frame')\n"
+        "    for name in list(sys.modules):\n"
+        "        if name.startswith(('radixlab.course.answers', 'radixlab.course.exercises', 'radixlab.course.grade')):\n"
+        "            leaks.append(name)\n"
+        "    for name in ('radixlab.course.answers_match', 'radixlab.course.exercises'):\n"
+        "        try:\n"
+        "            __import__(name)\n"
+        "            leaks.append('imported ' + name)\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "    mod = sys.modules['radixlab.course.ex_match']\n"
+        "    for spec in mod.SPECS:\n"
+        "        try:\n"
+        "            leaks.append(repr(spec.reference(root, tokens)))\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "    return (0, ' '.join(sorted(set(leaks))) or 'clean')\n")
+    args = [c.args for c in cases(7)]
+    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+    assert run.defined, run.errors
+    for o in run.outcomes:
+        assert "answer" in o, o
+        assert {tuple(r) for r in o["answer"]["results"]} == {(0, "clean")}, o["answer"]["results"]
 
 
 def test_every_spec_agrees_with_itself_on_fresh_seeds():

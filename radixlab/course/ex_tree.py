@@ -17,9 +17,10 @@ from .spec import ExerciseSpec, GradedCase, check_exercise
 SplitFn = Callable[[RadixNode, int], RadixNode]
 
 
-def reference_split(node: RadixNode, idx: int) -> RadixNode:
-    """The instructor's answer: radixlab's own ``RadixTree._split`` (grader side only)."""
-    return RadixTree._split(None, node, idx)  # type: ignore[arg-type]
+def reference_split(*args: Any) -> Any:
+    """The instructor's answer, loaded on demand from ``answers_tree`` (absent from the executor process)."""
+    from .answers_tree import reference_split as answer
+    return answer(*args)
 
 
 def wrong_order_split(node: RadixNode, idx: int) -> RadixNode:
