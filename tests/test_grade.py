@@ -397,6 +397,15 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("01.1", ["def match_prefix(root, tokens):\n    return hasattr(root, 'x' + 'y')"], "computed name"),
     ("01.1", ["def match_prefix(root, tokens):\n    return dir(root)"], "dir()"),
     ("02.1", ["def split(node, idx):\n    return getattr(type(node), '_split')"], "'_split'"),
+    # 09.1: the engine's LPM ordering is radixlab's answer too
+    ("09.1", ["from radixlab.engine.schedule_policy import POLICIES\ndef lpm_order(waiting, deprioritized):\n"
+              "    return POLICIES['lpm']"], "POLICIES"),
+    ("09.1", ["import radixlab.engine.schedule_policy as sp\ndef lpm_order(waiting, deprioritized):\n"
+              "    return sp.OrderingPolicy"], "schedule_policy"),
+    ("09.1", ["def lpm_order(waiting, deprioritized):\n    q = list(waiting)\n    policy.calc_priority(q)\n    return q"],
+     ".calc_priority"),
+    ("09.1", ["from radixlab.engine import policies\ndef lpm_order(waiting, deprioritized):\n"
+              "    return policies.active_policy('lpm', len(waiting))"], "radixlab.engine.policies"),
     # patching a class through an object
     ("08.1", ["def run_batch(device, batch, in_flight):\n    type(device).synchronize = lambda self, *a: None\n"
               "    raise NotImplementedError()"], "changes type(device).synchronize"),
@@ -518,3 +527,19 @@ def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
                 assert r["status"] == "manual" and "mark by hand" in r["reason"]
                 continue
             assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)
+
+
+@pytest.mark.parametrize("exercise", ["01.1", "02.1", "04.1", "06.1", "09.1"])
+def test_grader_seeds_redraw_the_visible_cases(exercise):
+    """A table of the check cell's visible answers keeps no main-path points: every grader seed renames
+    the visible cases' tokens (seed 0, the check cell's, stays as the notebook shows it)."""
+    from radixlab.course.exercises import all_specs
+
+    spec = all_specs()[exercise]
+    seed0 = [c.args for c in spec.cases(0) if c.part == "main" and "sim" not in c.args]
+    assert seed0
+    for seed in (1, 7, 12345):
+        drawn = [c.args for c in spec.cases(seed) if c.part == "main" and "sim" not in c.args]
+        assert len(drawn) == len(seed0)
+        for a, b in zip(seed0, drawn):
+            assert a != b, (exercise, seed, a)
