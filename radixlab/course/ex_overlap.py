@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from ..engine.overlap import LOOPS
-from ..engine.synthetic import ToyBatch, ToyScheduler, launch_with_barrier, python_work, toy_backend
+from ..engine.synthetic import ToyBatch, ToyScheduler, python_work, toy_backend
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "08.1"
