@@ -413,6 +413,8 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
      "changes device.__class__.launch"),
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    T = type(cache)\n    T.evict_from = None\n    return 0"],
      "changes T.evict_from"),
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    for T in [type(device)]:\n"
+              "        T.synchronize = None\n    raise NotImplementedError()"], "changes T.synchronize"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)

@@ -126,11 +126,23 @@ def free_names(stmt: ast.stmt) -> set[str]:
 
     direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
     # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
-    class_aliases = {t.id for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
-                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)
-                     and n.value is not None and any(
-                         (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
-                         or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(n.value))}
+    def takes_class(expr: ast.AST | None) -> bool:
+        return expr is not None and any(
+            (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
+            or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(expr))
+
+    bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Assign):
+            bindings += [(t, n.value) for t in n.targets]
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            bindings.append((n.target, n.value))
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bindings.append((n.target, n.iter))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bindings.append((n.optional_vars, n.context_expr))
+    class_aliases = {t.id for target, value in bindings if takes_class(value)
+                     for t in ast.walk(target) if isinstance(t, ast.Name)}
 
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -250,11 +262,23 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
 
     direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
     # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
-    class_aliases = {t.id for n in ast.walk(stmt) if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
-                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)
-                     and n.value is not None and any(
-                         (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
-                         or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(n.value))}
+    def takes_class(expr: ast.AST | None) -> bool:
+        return expr is not None and any(
+            (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
+            or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(expr))
+
+    bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Assign):
+            bindings += [(t, n.value) for t in n.targets]
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            bindings.append((n.target, n.value))
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bindings.append((n.target, n.iter))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bindings.append((n.optional_vars, n.context_expr))
+    class_aliases = {t.id for target, value in bindings if takes_class(value)
+                     for t in ast.walk(target) if isinstance(t, ast.Name)}
 
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
