@@ -413,6 +413,8 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
      "changes device.__class__.launch"),
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    T = type(cache)\n    T.evict_from = None\n    return 0"],
      "changes T.evict_from"),
+    ("08.1", ["def patch(T):\n    T.synchronize = None\n\n\ndef run_batch(device, batch, in_flight):\n"
+              "    patch(type(device))\n    raise NotImplementedError()"], "hands type(device) on"),
     ("08.1", ["def run_batch(device, batch, in_flight):\n    for T in [type(device)]:\n"
               "        T.synchronize = None\n    raise NotImplementedError()"], "changes T.synchronize"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
@@ -430,6 +432,9 @@ def test_review_rejects_shortcuts(exercise, cells, evidence):
               "    while evicted < num_tokens and heap:\n        _, node = heapq.heappop(heap)\n"
               "        cache.token_to_kv_pool_allocator.free(node.value)\n        evicted += len(node.key)\n"
               "        cache._delete_leaf(node)\n    return evicted"]),
+    ("02.1", ["def split(node, idx):\n    assert isinstance(node, type(node)) and type(node) is not int, type(node).__name__\n"
+              "    suffix = type(node)(node.key[idx:], node.value)\n    suffix.children, suffix.ref = node.children, node.ref\n"
+              "    node.key, node.value, node.children = node.key[:idx], None, {suffix.key[0]: suffix}\n    return suffix"]),
     ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
               "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
     ("01.1", ["def match_prefix(root, tokens):\n    node, hit_len, hit_val, i = root, 0, None, 0\n"

@@ -39,6 +39,7 @@ REFLECTION = {"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "lo
 """Builtins that reach attributes or namespaces by name: only ``getattr``/``hasattr`` called directly with a
 constant, ordinary attribute name pass (``getattr(x, "key", None)``); as a value (``g = getattr``,
 ``partial(getattr, t)``, ``map(getattr, ...)``) or with a computed, dunder or suspicious name they are rejected."""
+SAFE_CLASS_USERS = {"isinstance", "issubclass", "print", "repr", "str", "id", "hash", "format"}
 ALLOWED_DUNDERS = {"__init__", "__name__", "__doc__", "__qualname__", "__len__", "__class__"}
 
 
@@ -126,10 +127,21 @@ def free_names(stmt: ast.stmt) -> set[str]:
 
     direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
     # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
+    parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+
+    def class_of_object(n: ast.AST) -> bool:
+        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type"
+                and len(n.args) == 1) or (isinstance(n, ast.Attribute) and n.attr == "__class__")
+
     def takes_class(expr: ast.AST | None) -> bool:
-        return expr is not None and any(
-            (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
-            or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(expr))
+        """``expr`` evaluates to (or holds) such a class: not merely calls it or reads its ``__name__``."""
+        for v in ast.walk(expr) if expr is not None else ():
+            parent = parents.get(id(v))
+            if class_of_object(v) and not (isinstance(parent, ast.Call) and parent.func is v) \
+                    and not (isinstance(parent, ast.Attribute) and parent.attr != "__class__") \
+                    and not isinstance(parent, ast.Compare):
+                return True
+        return False
 
     bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
     for n in ast.walk(stmt):
@@ -143,6 +155,19 @@ def free_names(stmt: ast.stmt) -> set[str]:
             bindings.append((n.optional_vars, n.context_expr))
     class_aliases = {t.id for target, value in bindings if takes_class(value)
                      for t in ast.walk(target) if isinstance(t, ast.Name)}
+    # a class taken from an object and handed on (to a helper, into a container) could be patched there
+    handed: list[ast.AST] = []
+    for n in ast.walk(stmt):
+        is_class = class_of_object(n)
+        parent = parents.get(id(n))
+        if not is_class or parent is None:
+            continue
+        if isinstance(parent, ast.keyword):
+            parent = parents.get(id(parent))
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)) or (
+                isinstance(parent, ast.Call) and n is not parent.func and not (
+                    isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
+            handed.append(n)
 
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -262,10 +287,21 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
 
     direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
     # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
+    parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+
+    def class_of_object(n: ast.AST) -> bool:
+        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type"
+                and len(n.args) == 1) or (isinstance(n, ast.Attribute) and n.attr == "__class__")
+
     def takes_class(expr: ast.AST | None) -> bool:
-        return expr is not None and any(
-            (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "type")
-            or (isinstance(v, ast.Attribute) and v.attr == "__class__") for v in ast.walk(expr))
+        """``expr`` evaluates to (or holds) such a class: not merely calls it or reads its ``__name__``."""
+        for v in ast.walk(expr) if expr is not None else ():
+            parent = parents.get(id(v))
+            if class_of_object(v) and not (isinstance(parent, ast.Call) and parent.func is v) \
+                    and not (isinstance(parent, ast.Attribute) and parent.attr != "__class__") \
+                    and not isinstance(parent, ast.Compare):
+                return True
+        return False
 
     bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
     for n in ast.walk(stmt):
@@ -279,6 +315,19 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             bindings.append((n.optional_vars, n.context_expr))
     class_aliases = {t.id for target, value in bindings if takes_class(value)
                      for t in ast.walk(target) if isinstance(t, ast.Name)}
+    # a class taken from an object and handed on (to a helper, into a container) could be patched there
+    handed: list[ast.AST] = []
+    for n in ast.walk(stmt):
+        is_class = class_of_object(n)
+        parent = parents.get(id(n))
+        if not is_class or parent is None:
+            continue
+        if isinstance(parent, ast.keyword):
+            parent = parents.get(id(parent))
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)) or (
+                isinstance(parent, ast.Call) and n is not parent.func and not (
+                    isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
+            handed.append(n)
 
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -354,4 +403,7 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             visit(child, local)
 
     visit(stmt, set())
+    for n in handed:
+        at(n, f"hands {ast.unparse(n)} on (a class taken from an object may not leave the expression that "
+              "uses it: patching classes is not allowed in a graded answer)")
     return found
