@@ -373,6 +373,50 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
     ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
               "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
+    # frames and the call stack (the reference used to sit in the executor's globals)
+    ("01.1", ["import traceback\ndef match_prefix(root, tokens):\n    for frame, _ in traceback.walk_stack(None):\n"
+              "        for v in list(getattr(frame, 'f_globals').values()):\n            ref = getattr(v, 'reference', None)\n"
+              "            if callable(ref):\n                return ref(root, tokens)\n    return (0, None)"], "imports traceback"),
+    ("01.1", ["def match_prefix(root, tokens):\n    try:\n        1 / 0\n    except Exception as e:\n"
+              "        return getattr(e, 'tb_frame')"], "'tb_frame'"),
+    ("01.1", ["def match_prefix(root, tokens):\n    g = (x for x in [1])\n    return g.gi_frame.f_back"], ".gi_frame"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return getattr(root, '__dict__')"], "'__dict__'"),
+    ("01.1", ["from inspect import currentframe\ndef match_prefix(root, tokens):\n    return currentframe()"], "inspect"),
+    # getattr & co. as values (their names are constants, their use is not)
+    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n    g = getattr\n"
+              "    T = g(t, 'Radix' + 'Tree')\n    tree = T()\n    tree.root = root\n    return tree.match_prefix(tokens)"],
+     "uses getattr as a value"),
+    ("02.1", ["def split(node, idx):\n    g = getattr\n    T = type(node)\n    return g(T, '_sp' + 'lit')(None, node, idx)"],
+     "uses getattr as a value"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    g = getattr\n"
+              "    return g(type(cache), '_evict' + '_from_heap')(cache, heap, num_tokens)"], "uses getattr as a value"),
+    ("01.1", ["import functools\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    get = functools.partial(getattr, t)\n    return get('Radix' + 'Tree')"], "uses getattr as a value"),
+    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    return list(map(getattr, [t], ['Radix' + 'Tree']))"], "uses getattr as a value"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return hasattr(root, 'x' + 'y')"], "computed name"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return dir(root)"], "dir()"),
+    ("02.1", ["def split(node, idx):\n    return getattr(type(node), '_split')"], "'_split'"),
+    # 09.1: the engine's LPM ordering is radixlab's answer too
+    ("09.1", ["from radixlab.engine.schedule_policy import POLICIES\ndef lpm_order(waiting, deprioritized):\n"
+              "    return POLICIES['lpm']"], "POLICIES"),
+    ("09.1", ["import radixlab.engine.schedule_policy as sp\ndef lpm_order(waiting, deprioritized):\n"
+              "    return sp.OrderingPolicy"], "schedule_policy"),
+    ("09.1", ["def lpm_order(waiting, deprioritized):\n    q = list(waiting)\n    policy.calc_priority(q)\n    return q"],
+     ".calc_priority"),
+    ("09.1", ["from radixlab.engine import policies\ndef lpm_order(waiting, deprioritized):\n"
+              "    return policies.active_policy('lpm', len(waiting))"], "radixlab.engine.policies"),
+    # patching a class through an object
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    type(device).synchronize = lambda self, *a: None\n"
+              "    raise NotImplementedError()"], "changes type(device).synchronize"),
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    device.__class__.launch = None\n    raise NotImplementedError()"],
+     "changes device.__class__.launch"),
+    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    T = type(cache)\n    T.evict_from = None\n    return 0"],
+     "changes T.evict_from"),
+    ("08.1", ["def patch(T):\n    T.synchronize = None\n\n\ndef run_batch(device, batch, in_flight):\n"
+              "    patch(type(device))\n    raise NotImplementedError()"], "hands type(device) on"),
+    ("08.1", ["def run_batch(device, batch, in_flight):\n    for T in [type(device)]:\n"
+              "        T.synchronize = None\n    raise NotImplementedError()"], "changes T.synchronize"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)
@@ -388,11 +432,58 @@ def test_review_rejects_shortcuts(exercise, cells, evidence):
               "    while evicted < num_tokens and heap:\n        _, node = heapq.heappop(heap)\n"
               "        cache.token_to_kv_pool_allocator.free(node.value)\n        evicted += len(node.key)\n"
               "        cache._delete_leaf(node)\n    return evicted"]),
+    ("02.1", ["def split(node, idx):\n    assert isinstance(node, type(node)) and type(node) is not int, type(node).__name__\n"
+              "    suffix = type(node)(node.key[idx:], node.value)\n    suffix.children, suffix.ref = node.children, node.ref\n"
+              "    node.key, node.value, node.children = node.key[:idx], None, {suffix.key[0]: suffix}\n    return suffix"]),
     ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
               "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
+    ("01.1", ["def match_prefix(root, tokens):\n    node, hit_len, hit_val, i = root, 0, None, 0\n"
+              "    while i < len(tokens):\n        child = getattr(node, 'children', {}).get(tokens[i])\n"
+              "        if child is None or list(child.key) != list(tokens[i:i + len(child.key)]):\n            break\n"
+              "        node, i = child, i + len(child.key)\n        if hasattr(node, 'value') and node.value is not None:\n"
+              "            hit_len, hit_val = i, node.value\n    return hit_len, hit_val"]),
 ])
 def test_review_accepts_honest_code(exercise, cells):
     assert _review(exercise, cells) == []
+
+
+def test_the_executor_holds_no_reference_and_no_answer(tmp_path):
+    """The executor process (no review here) finds no reference in any frame, global or module it reaches,
+    and cannot import the answers, the registry or the grader: wrapping the reference earns nothing."""
+    from radixlab.course.ex_match import cases
+    from radixlab.course.runner import run_exercise
+
+    probe = (
+        "import sys, traceback\n"
+        "def match_prefix(root, tokens):\n"
+        "    leaks = []\n"
+        "    for frame, _ in traceback.walk_stack(None):\n"
+        "        for scope in (frame.f_globals, frame.f_locals):\n"
+        "            for v in list(scope.values()):\n"
+        "                if callable(getattr(v, 'reference', None)):\n"
+        "                    leaks.append('spec in a frame')\n"
+        "    for name in list(sys.modules):\n"
+        "        if name.startswith(('radixlab.course.answers', 'radixlab.course.exercises', 'radixlab.course.grade')):\n"
+        "            leaks.append(name)\n"
+        "    for name in ('radixlab.course.answers_match', 'radixlab.course.exercises'):\n"
+        "        try:\n"
+        "            __import__(name)\n"
+        "            leaks.append('imported ' + name)\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "    mod = sys.modules['radixlab.course.ex_match']\n"
+        "    for spec in mod.SPECS:\n"
+        "        try:\n"
+        "            leaks.append(repr(spec.reference(root, tokens)))\n"
+        "        except ImportError:\n"
+        "            pass\n"
+        "    return (0, ' '.join(sorted(set(leaks))) or 'clean')\n")
+    args = [c.args for c in cases(7)]
+    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+    assert run.defined, run.errors
+    for o in run.outcomes:
+        assert "answer" in o, o
+        assert {tuple(r) for r in o["answer"]["results"]} == {(0, "clean")}, o["answer"]["results"]
 
 
 def test_every_spec_agrees_with_itself_on_fresh_seeds():
@@ -443,3 +534,19 @@ def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
                 assert r["status"] == "manual" and "mark by hand" in r["reason"]
                 continue
             assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)
+
+
+@pytest.mark.parametrize("exercise", ["01.1", "02.1", "04.1", "06.1", "09.1"])
+def test_grader_seeds_redraw_the_visible_cases(exercise):
+    """A table of the check cell's visible answers keeps no main-path points: every grader seed renames
+    the visible cases' tokens (seed 0, the check cell's, stays as the notebook shows it)."""
+    from radixlab.course.exercises import all_specs
+
+    spec = all_specs()[exercise]
+    seed0 = [c.args for c in spec.cases(0) if c.part == "main" and "sim" not in c.args]
+    assert seed0
+    for seed in (1, 7, 12345):
+        drawn = [c.args for c in spec.cases(seed) if c.part == "main" and "sim" not in c.args]
+        assert len(drawn) == len(seed0)
+        for a, b in zip(seed0, drawn):
+            assert a != b, (exercise, seed, a)

@@ -138,7 +138,8 @@ SPEC = ExerciseSpec(
     id=EXERCISE, title=TITLE, function="lpm_order", check="check_lpm_order",
     reference=_reference, drive=drive, cases=cases, compare=compare, time_limit=30.0,
     forbidden=("reference_lpm_order", "answers_sched", "sort_by_longest_prefix", "order_queue",
-               "compute_prefix_matches"))
+               "compute_prefix_matches", "POLICIES", "OrderingPolicy", "LpmPolicy", "calc_priority",
+               "radixlab.engine.policies.*", "radixlab.engine.schedule_policy.*"))
 SPECS = [SPEC]
 
 

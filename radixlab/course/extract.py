@@ -25,12 +25,21 @@ DYNAMIC_CALLS = {"exec", "eval", "compile", "__import__", "globals", "vars", "lo
 DYNAMIC_MODULES = {"importlib", "inspect", "ctypes", "gc", "builtins", "sys", "os", "subprocess", "types",
                    "runpy", "pickle", "marshal", "signal", "threading", "_thread", "multiprocessing", "atexit",
                    "IPython", "pathlib", "shutil", "tempfile", "io", "socket", "asyncio", "concurrent",
-                   "site", "sysconfig", "code", "codeop", "posix", "nt", "pty", "resource", "faulthandler"}
+                   "site", "sysconfig", "code", "codeop", "posix", "nt", "pty", "resource", "faulthandler",
+                   "traceback", "copyreg", "weakref", "pdb", "bdb", "dis", "trace", "cProfile",
+                   "profile", "tracemalloc"}
 """Modules a graded answer may not import: reflection, process control, files (the grader's files included)."""
 SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame",
-                    "cr_frame", "attrgetter", "methodcaller", "write_text", "write_bytes", "unlink", "rmtree",
-                    "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace", "setprofile",
-                    "course"}
+                    "cr_frame", "ag_frame", "tb_next", "f_code", "f_trace", "gi_code", "cr_code", "ag_code",
+                    "walk_stack", "walk_tb", "extract_stack", "format_stack", "print_stack", "currentframe",
+                    "getouterframes", "getinnerframes", "attrgetter", "methodcaller", "write_text", "write_bytes",
+                    "unlink", "rmtree", "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace",
+                    "setprofile", "course"}
+REFLECTION = {"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "locals", "dir"}
+"""Builtins that reach attributes or namespaces by name: only ``getattr``/``hasattr`` called directly with a
+constant, ordinary attribute name pass (``getattr(x, "key", None)``); as a value (``g = getattr``,
+``partial(getattr, t)``, ``map(getattr, ...)``) or with a computed, dunder or suspicious name they are rejected."""
+SAFE_CLASS_USERS = {"isinstance", "issubclass", "print", "repr", "str", "id", "hash", "format"}
 ALLOWED_DUNDERS = {"__init__", "__name__", "__doc__", "__qualname__", "__len__", "__class__"}
 
 
@@ -115,6 +124,50 @@ def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) ->
 def free_names(stmt: ast.stmt) -> set[str]:
     """Global names a statement may read, now or when its functions are called."""
     used: set[str] = set()
+
+    direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
+    # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
+    parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+
+    def class_of_object(n: ast.AST) -> bool:
+        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type"
+                and len(n.args) == 1) or (isinstance(n, ast.Attribute) and n.attr == "__class__")
+
+    def takes_class(expr: ast.AST | None) -> bool:
+        """``expr`` evaluates to (or holds) such a class: not merely calls it or reads its ``__name__``."""
+        for v in ast.walk(expr) if expr is not None else ():
+            parent = parents.get(id(v))
+            if class_of_object(v) and not (isinstance(parent, ast.Call) and parent.func is v) \
+                    and not (isinstance(parent, ast.Attribute) and parent.attr != "__class__") \
+                    and not isinstance(parent, ast.Compare):
+                return True
+        return False
+
+    bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Assign):
+            bindings += [(t, n.value) for t in n.targets]
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            bindings.append((n.target, n.value))
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bindings.append((n.target, n.iter))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bindings.append((n.optional_vars, n.context_expr))
+    class_aliases = {t.id for target, value in bindings if takes_class(value)
+                     for t in ast.walk(target) if isinstance(t, ast.Name)}
+    # a class taken from an object and handed on (to a helper, into a container) could be patched there
+    handed: list[ast.AST] = []
+    for n in ast.walk(stmt):
+        is_class = class_of_object(n)
+        parent = parents.get(id(n))
+        if not is_class or parent is None:
+            continue
+        if isinstance(parent, ast.keyword):
+            parent = parents.get(id(parent))
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)) or (
+                isinstance(parent, ast.Call) and n is not parent.func and not (
+                    isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
+            handed.append(n)
 
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -232,6 +285,50 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             node = node.value
         return node
 
+    direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
+    # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
+    parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
+
+    def class_of_object(n: ast.AST) -> bool:
+        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type"
+                and len(n.args) == 1) or (isinstance(n, ast.Attribute) and n.attr == "__class__")
+
+    def takes_class(expr: ast.AST | None) -> bool:
+        """``expr`` evaluates to (or holds) such a class: not merely calls it or reads its ``__name__``."""
+        for v in ast.walk(expr) if expr is not None else ():
+            parent = parents.get(id(v))
+            if class_of_object(v) and not (isinstance(parent, ast.Call) and parent.func is v) \
+                    and not (isinstance(parent, ast.Attribute) and parent.attr != "__class__") \
+                    and not isinstance(parent, ast.Compare):
+                return True
+        return False
+
+    bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
+    for n in ast.walk(stmt):
+        if isinstance(n, ast.Assign):
+            bindings += [(t, n.value) for t in n.targets]
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            bindings.append((n.target, n.value))
+        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bindings.append((n.target, n.iter))
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            bindings.append((n.optional_vars, n.context_expr))
+    class_aliases = {t.id for target, value in bindings if takes_class(value)
+                     for t in ast.walk(target) if isinstance(t, ast.Name)}
+    # a class taken from an object and handed on (to a helper, into a container) could be patched there
+    handed: list[ast.AST] = []
+    for n in ast.walk(stmt):
+        is_class = class_of_object(n)
+        parent = parents.get(id(n))
+        if not is_class or parent is None:
+            continue
+        if isinstance(parent, ast.keyword):
+            parent = parents.get(id(parent))
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)) or (
+                isinstance(parent, ast.Call) and n is not parent.func and not (
+                    isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
+            handed.append(n)
+
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             for child in ast.iter_child_nodes(node):
@@ -265,17 +362,38 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                 at(node, f"uses .{node.attr} (reflection, files and processes are not allowed in a graded answer)")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
             at(node, f"names {node.value!r}, radixlab's own answer: write your own")
+        elif isinstance(node, ast.Name) and node.id in REFLECTION and node.id not in local | own \
+                and id(node) not in direct:
+            at(node, f"uses {node.id} as a value (reflection is not allowed in a graded answer: "
+                     f"call getattr(obj, \"name\") directly with a constant name)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in local | own:
             name = node.func.id
             if name in DYNAMIC_CALLS:
                 at(node, f"calls {name}() (dynamic code is not allowed in a graded answer)")
-            elif name in ("getattr", "hasattr") and (len(node.args) < 2 or not isinstance(node.args[1], ast.Constant)):
-                at(node, f"calls {name}() with a computed name (reflection is not allowed in a graded answer)")
+                direct.add(id(node.func))
+            elif name in ("getattr", "hasattr"):
+                direct.add(id(node.func))
+                attr = node.args[1].value if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) else None
+                if not isinstance(attr, str) or node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+                    at(node, f"calls {name}() with a computed name (reflection is not allowed in a graded answer)")
+                elif attr.startswith("__") or attr in SUSPICIOUS_ATTRS:
+                    at(node, f"calls {name}() on {attr!r} (reflection is not allowed in a graded answer)")
+                elif attr in forbidden:
+                    at(node, f"names {attr!r}, radixlab's own answer: write your own")
+            elif name in REFLECTION:
+                direct.add(id(node.func))
+                at(node, f"calls {name}() (reflection is not allowed in a graded answer)")
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in (t for tt in targets for t in (tt.elts if isinstance(tt, (ast.Tuple, ast.List)) else [tt])):
                 base = root(target)
-                if target is base or not isinstance(base, ast.Name):
+                if target is base:
+                    continue
+                chain = [n for n in ast.walk(target) if isinstance(n, ast.Attribute)]
+                if not isinstance(base, ast.Name) or any(n.attr == "__class__" for n in chain) \
+                        or base.id in class_aliases:
+                    at(node, f"changes {ast.unparse(target)}, an attribute of a class or of a call's result "
+                             "(patching classes is not allowed in a graded answer)")
                     continue
                 if base.id in local or (base.id in own_defs and base.id not in imported):
                     continue  # the function's own objects, or a class the student wrote
@@ -285,4 +403,7 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             visit(child, local)
 
     visit(stmt, set())
+    for n in handed:
+        at(n, f"hands {ast.unparse(n)} on (a class taken from an object may not leave the expression that "
+              "uses it: patching classes is not allowed in a graded answer)")
     return found

@@ -217,7 +217,8 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
     args = [c.args for c in cases]
     left = max(1.0, timeouts["total"] - execution["seconds"])
     run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index) for s in ex.statements], args,
-                       timeouts["case"] or spec.time_limit, timeouts["define"], left)
+                       timeouts["case"] or spec.time_limit, timeouts["define"], left,
+                       drive=f"{spec.drive.__module__}:{spec.drive.__qualname__}")
     execution["seconds"] = round(execution["seconds"] + run.seconds, 2)
     execution["cells_run"] = max(execution["cells_run"], len(ex.cells))
     execution["errors"] += run.errors

@@ -5,7 +5,10 @@ working directory), sends it the graded program (the statements ``extract`` chos
 arguments, and reads back one line per case: the plain data ``spec.drive`` returned, or how the case
 failed (not done, raised, timed out). Every case has a time limit; a case that runs past it (or
 kills the process) is recorded and a new process continues with the next case. The process never
-sees an expected value or a verdict: the grader computes those itself (``grade.py``). Whatever the
+sees an expected value or a verdict: the grader computes those itself (``grade.py``). It does not
+even hold the reference: it imports only the module of the spec's ``drive`` (whose reference is a
+stub that loads ``answers_*`` on demand) and refuses to import ``radixlab.course.answers*``, the
+exercise registry and the grader, so no frame, global or module it can reach leads to an answer. Whatever the
 student's code does inside the process can only change the answers it reports.
 """
 
@@ -24,39 +27,56 @@ import time
 from dataclasses import dataclass, field
 
 EXECUTOR = r'''
-import ast, builtins, json, os, sys, time
-job = json.loads(sys.stdin.readline())
-out = os.fdopen(os.dup(1), "w")        # the answer channel: a private copy of stdout...
-os.dup2(2, 1)                          # ...while fd 1 (and print) go to stderr, never to the grader
-sys.stdout = sys.stderr
-nonce, dumps, write, flush, perf = job["nonce"], json.dumps, out.write, out.flush, time.perf_counter
+import ast, builtins, importlib, json, os, sys, time
 
-def emit(obj):
-    write(nonce + dumps(obj, default=repr) + "\n")
-    flush()
+class _Refuse:
+    # the grader's answers, registry and verdict code cannot be imported in this process
+    NAMES = ("radixlab.course.answers", "radixlab.course.exercises", "radixlab.course.grade",
+             "radixlab.course.runner", "radixlab.course.check")
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith(self.NAMES):
+            raise ImportError(f"{name} is not available to graded code")
+        return None
 
-from radixlab.course.exercises import all_specs
-from radixlab.course.spec import run_case
-spec = all_specs()[job["exercise"]]
-ns = {"__name__": "__main__", "__builtins__": builtins}
-trees = {}
-for cell, index in job["statements"]:
-    if cell not in trees:
-        trees[cell] = ast.parse(job["cells"][str(cell)])
-    stmt = trees[cell].body[index]
-    try:
-        exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec"), ns)
-    except BaseException as exc:
-        emit({"def_error": {"cell": cell, "ename": type(exc).__name__, "evalue": str(exc)[:300]}})
-fn = ns.get(job["function"])
-emit({"defined": callable(fn)})
-if callable(fn):
-    for k in range(job["start"], len(job["cases"])):
-        t0 = perf()
-        outcome = run_case(spec, fn, job["cases"][k], job["time_limit"])
-        outcome.update(case=k, seconds=perf() - t0)
-        emit(outcome)
-emit({"done": True})
+def _main(job):
+    out = os.fdopen(os.dup(1), "w")        # the answer channel: a private copy of stdout...
+    os.dup2(2, 1)                          # ...while fd 1 (and print) go to stderr, never to the grader
+    sys.stdout = sys.stderr
+    nonce, dumps, write, flush, perf = job.pop("nonce"), json.dumps, out.write, out.flush, time.perf_counter
+
+    def emit(obj):
+        write(nonce + dumps(obj, default=repr) + "\n")
+        flush()
+
+    sys.meta_path.insert(0, _Refuse())
+    # Only the drive function's module (inputs -> plain data) and spec.run_drive: never the exercise
+    # registry, a spec's reference, the answers or an expected value.
+    module, _, qualname = job["drive"].partition(":")
+    drive = importlib.import_module(module)
+    for part in qualname.split("."):
+        drive = getattr(drive, part)
+    from radixlab.course.spec import run_drive
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    trees = {}
+    for cell, index in job["statements"]:
+        if cell not in trees:
+            trees[cell] = ast.parse(job["cells"][str(cell)])
+        stmt = trees[cell].body[index]
+        try:
+            exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec"), ns)
+        except BaseException as exc:
+            emit({"def_error": {"cell": cell, "ename": type(exc).__name__, "evalue": str(exc)[:300]}})
+    fn = ns.get(job["function"])
+    emit({"defined": callable(fn)})
+    if callable(fn):
+        for k in range(job["start"], len(job["cases"])):
+            t0 = perf()
+            outcome = run_drive(drive, fn, job["cases"][k], job["time_limit"])
+            outcome.update(case=k, seconds=perf() - t0)
+            emit(outcome)
+    emit({"done": True})
+
+_main(json.loads(sys.stdin.readline()))
 '''
 
 
@@ -72,8 +92,16 @@ class ExerciseRun:
 
 def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list[tuple[int, int]],
                  cases: list, case_timeout: float, define_timeout: float = 60.0,
-                 total_timeout: float = 600.0) -> ExerciseRun:
-    """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes."""
+                 total_timeout: float = 600.0, drive: str = "") -> ExerciseRun:
+    """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes.
+
+    ``drive`` is the spec's drive function as ``"module:qualname"`` (default: looked up from
+    ``exercise`` here, in the grader's process); the executor imports only that.
+    """
+    if not drive:
+        from .exercises import all_specs
+        d = all_specs()[exercise].drive
+        drive = f"{d.__module__}:{d.__qualname__}"
     run = ExerciseRun([{} for _ in cases])
     t0 = time.monotonic()
     start = 0
@@ -83,7 +111,7 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
             run.stopped = f"total time limit ({total_timeout:g} s) reached"
             break
         run.processes += 1
-        nxt = _one_process(run, exercise, function, cells, statements, cases, start, case_timeout,
+        nxt = _one_process(run, drive, function, cells, statements, cases, start, case_timeout,
                            min(define_timeout, left), t0 + total_timeout)
         if nxt is None or nxt >= len(cases) or not run.defined:
             break
@@ -95,7 +123,7 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
     return run
 
 
-def _one_process(run: ExerciseRun, exercise: str, function: str, cells: dict[int, str],
+def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
                  statements: list[tuple[int, int]], cases: list, start: int, case_timeout: float,
                  define_timeout: float, hard_deadline: float) -> int | None:
     """One executor process from case ``start``; returns the case to resume at, or None when finished."""
@@ -103,7 +131,7 @@ def _one_process(run: ExerciseRun, exercise: str, function: str, cells: dict[int
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "RADIXLAB_DEVICE": "cpu",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
-    job = {"nonce": nonce, "exercise": exercise, "function": function, "cells": {str(k): v for k, v in cells.items()},
+    job = {"nonce": nonce, "drive": drive, "function": function, "cells": {str(k): v for k, v in cells.items()},
            "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout}
     proc = subprocess.Popen([sys.executable, "-I", "-c", EXECUTOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True)
