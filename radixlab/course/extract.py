@@ -125,50 +125,6 @@ def free_names(stmt: ast.stmt) -> set[str]:
     """Global names a statement may read, now or when its functions are called."""
     used: set[str] = set()
 
-    direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
-    # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
-    parents = {id(c): n for n in ast.walk(stmt) for c in ast.iter_child_nodes(n)}
-
-    def class_of_object(n: ast.AST) -> bool:
-        return (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "type"
-                and len(n.args) == 1) or (isinstance(n, ast.Attribute) and n.attr == "__class__")
-
-    def takes_class(expr: ast.AST | None) -> bool:
-        """``expr`` evaluates to (or holds) such a class: not merely calls it or reads its ``__name__``."""
-        for v in ast.walk(expr) if expr is not None else ():
-            parent = parents.get(id(v))
-            if class_of_object(v) and not (isinstance(parent, ast.Call) and parent.func is v) \
-                    and not (isinstance(parent, ast.Attribute) and parent.attr != "__class__") \
-                    and not isinstance(parent, ast.Compare):
-                return True
-        return False
-
-    bindings: list[tuple[ast.AST, ast.AST | None]] = []  # (target, the expression it is bound from)
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Assign):
-            bindings += [(t, n.value) for t in n.targets]
-        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
-            bindings.append((n.target, n.value))
-        elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-            bindings.append((n.target, n.iter))
-        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-            bindings.append((n.optional_vars, n.context_expr))
-    class_aliases = {t.id for target, value in bindings if takes_class(value)
-                     for t in ast.walk(target) if isinstance(t, ast.Name)}
-    # a class taken from an object and handed on (to a helper, into a container) could be patched there
-    handed: list[ast.AST] = []
-    for n in ast.walk(stmt):
-        is_class = class_of_object(n)
-        parent = parents.get(id(n))
-        if not is_class or parent is None:
-            continue
-        if isinstance(parent, ast.keyword):
-            parent = parents.get(id(parent))
-        if isinstance(parent, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)) or (
-                isinstance(parent, ast.Call) and n is not parent.func and not (
-                    isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
-            handed.append(n)
-
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             outer = list(getattr(node, "decorator_list", [])) + node.args.defaults + \
