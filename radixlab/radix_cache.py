@@ -358,7 +358,8 @@ class RadixCache:
                 or value.dim() != 1:
             raise TypeError(f"value must be a 1-D integer tensor of slot indices, got {value.dtype} "
                             f"with shape {tuple(value.shape)}")
-        n, n_raw, n_value = len(key), len(key.packed) >> 3, value.shape[0]
+        n_raw, n_value = len(key.packed) >> 3, value.numel()
+        n = n_raw - 1 if key.is_bigram and n_raw else n_raw  # len(key), without the method call
         if n_value != n and n_value != n_raw:  # n_raw != n only for bigram keys
             raise ValueError(f"value must hold one slot index per token: len(value)={n_value} "
                              f"but len(key)={n}")
@@ -510,13 +511,13 @@ class RadixCache:
             node = child
         prefix_len = pos >> 3
         if pos < end:  # the rest is new: one leaf with a private copy of its slot indices
-            leaf = self._new_node(RadixKey.from_packed(packed[pos:], ns, key.is_bigram),
+            leaf = self._new_node(_key_over(packed[pos:], ns, key.is_bigram),
                                   value.narrow_copy(0, prefix_len, (end - pos) >> 3), node, priority)
             leaf.hit_count = 1
             node.children[first if ns is None else (ns, first)] = leaf
             self.evictable_size_ += (end - pos) >> 3
-            self._update_leaf_status(node)
-            self._update_leaf_status(leaf)
+            self.evictable_leaves_.discard(node)  # it has a child now
+            self.evictable_leaves_.add(leaf)  # new, unlocked, childless: what _update_leaf_status decides
             node = leaf
         return prefix_len, node
 
@@ -626,6 +627,16 @@ class RadixCache:
             if req.last_node is not self.root_node and req.last_node.lock_ref <= 0:
                 raise ValueError(f"req.last_node (id={req.last_node.id}) is not locked")
         return self.token_to_kv_pool_allocator, self.req_to_token_pool.req_to_token[req.req_pool_idx]
+
+
+def _key_over(packed: bytes, extra_key: Any, is_bigram: bool) -> RadixKey:
+    """``RadixKey.from_packed`` without its checks, for bytes sliced from a key that passed them."""
+    key = _new_key(RadixKey)
+    key.packed, key.extra_key, key.is_bigram, key._tokens, key._units = packed, extra_key, is_bigram, None, None
+    return key
+
+
+_new_key = object.__new__
 
 
 def _int64_tensor(packed: bytes) -> torch.Tensor:

@@ -66,6 +66,11 @@ class Request:
     def radix_key(self, tokens: Sequence[int] | None = None) -> RadixKey:
         return RadixKey(self.all_ids if tokens is None else tokens, self.extra_key)
 
+    def admit_key(self) -> RadixKey:
+        """What ``admit`` (and a scheduler peeking before it) matches: the prompt minus its last token,
+        whose logits are the first output. Built from the packed prompt: no list conversion."""
+        return RadixKey.from_packed(self.packed_ids(len(self.origin_input_ids) - 1), self.extra_key)
+
     def packed_ids(self, n: int) -> bytes:
         """The first ``n`` tokens of ``origin_input_ids + output_ids`` as packed int64 bytes.
 
@@ -107,7 +112,7 @@ def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], Non
     if req_to_token_pool.available_size() == 0:
         req_to_token_pool.alloc()  # raises the pool's "full" error
     # 1. Longest cached, page-aligned prefix. Keep one token to compute: its logits are the output.
-    result = cache.match_prefix(RadixKey.from_packed(req.packed_ids(len(req.origin_input_ids) - 1), req.extra_key))
+    result = cache.match_prefix(req.admit_key())
     if on_match is not None:
         on_match(result)
     # 2. Lock it: from now on evict() cannot take these slots away from us.

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..radix_cache import RadixCache
-from ..radix_key import RadixKey
+from ..radix_key import ITEM, RadixKey, pack_tokens
 from ..workloads import ReferenceTreeWorkload, fresh
 
 RECORD = Path(__file__).parent / "records" / "tree.json"
@@ -168,7 +168,7 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
         "system-prompt hit": ([wl.system_hit() for _ in range(ops)], wl.system_len),
         "miss": ([wl.miss() for _ in range(ops)], 0),
     }
-    out: dict = {"ops": {}, "agree": True}
+    out: dict = {"ops": {}, "agree": True, "floors": {}}
     for op, (qs, expect) in queries.items():
         for form in forms:
             lanes = []
@@ -179,10 +179,12 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 else:
                     args = [s.native(fresh(q)) if s.name == "sglang" else fresh(q) for q in qs]
                     lanes.append((s.name, (lambda c, s: lambda a: s.match_native(c, a))(c, s), args))
+            lanes += _floor_lanes(op, form, qs, caches)
             times, res = interleaved(lanes)
-            out["ops"][f"{op} ({form})"] = {name: stats(t) for name, t in times.items()}
+            out["ops"][f"{op} ({form})"] = {name: stats(t) for name, t in times.items() if name in caches}
+            out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
             for name, rs in res.items():
-                if any(sides[0].hit_len(r) != expect for r in rs):
+                if name in caches and any(sides[0].hit_len(r) != expect for r in rs):
                     out["agree"] = False
     for form in forms:  # insert: a cached system prompt + a new turn; each side gets its own requests
         lanes = []
@@ -204,6 +206,38 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
             if any(g != wl.system_len for g in got):
                 out["agree"] = False
     return out
+
+
+FLOOR_CAT = "torch.cat of a full hit's index tensors"
+FLOOR_PACK = "packing the request's token list"
+
+
+def _floor_lanes(op: str, form: str, qs: list[list[int]], caches: dict) -> list[tuple[str, Callable, list]]:
+    """Work every tree must do whatever its walk costs, timed in the same interleaved run as the trees.
+
+    A full hit spanning two edges must hand back one tensor of its slot indices (SGLang and radixlab
+    both ``torch.cat`` the path's tensors; results are kept, as the trees' are); a request that
+    arrives as a Python list must be converted token by token before any C-speed compare.
+    """
+    if op != "full-hit match":
+        return []
+    if form == "list":
+        return [(FLOOR_PACK, pack_tokens, [fresh(q) for q in qs])]
+    fast = caches.get("fast")
+    if fast is None:
+        return []
+    paths = []
+    for q in qs:  # the index tensors on the query's path, read without touching the tree's clock
+        node, pos, vals = fast.root_node, 0, []
+        key = RadixKey(q)
+        while pos < len(key.packed) and (child := node.children.get(key.packed[pos:pos + ITEM])) is not None:
+            vals.append(child.value)
+            pos += len(child.key.packed)
+            node = child
+        if sum(v.numel() for v in vals) != len(q):
+            raise AssertionError("a full-hit query's path does not cover it: the floor would time the wrong copy")
+        paths.append(vals)
+    return [(FLOOR_CAT, torch.cat, paths)]
 
 
 def evict_and_build(sides: list[Side], reqs: list[list[int]], reps: int) -> dict:
@@ -306,7 +340,6 @@ def conversion_costs(lengths: Sequence[int] = (16, 128, 1200, 8192), number: int
     """ns to turn a list of n Python ints into each form a native tree could take."""
     import numpy as np
 
-    from ..radix_key import pack_tokens
 
     rows = []
     for n in lengths:
@@ -450,8 +483,6 @@ def bottleneck_rate(tree_us_per_request: float, step_ms: float = 10.0) -> float:
 def yardstick(reqs: list[list[int]], system_len: int = 1000) -> dict:
     """One ``bytes ==`` of a request's tokens, and the two floors under a match that are not the tree:
     ``torch.cat`` of a full hit's two index tensors (SGLang pays it too) and packing the token list."""
-    from ..radix_key import pack_tokens
-
     toks = reqs[0]
     n = len(toks)
     env = {"ab": array("q", toks).tobytes(), "bb": array("q", fresh(toks)).tobytes(), "torch": torch,
@@ -530,6 +561,7 @@ def format_record(rec: dict) -> str:
         lines.append(f"floors: torch.cat of a full hit's two index tensors {y['torch_cat_path_ns'] / 1e3:.1f} us "
                      f"(= {y['torch_cat_path_ns'] / y['bytes_eq_ns']:.0f}x bytes ==); packing the {y['tokens']}-token list "
                      f"{y['pack_list_ns'] / 1e3:.1f} us")
+    lines += _floor_lines(rec)
     lines.append(f"results agree across sides: {rec['reference']['agree']}")
     lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
     cols = list(rec["compare_ns"][0])[1:]
@@ -556,6 +588,27 @@ def format_record(rec: dict) -> str:
                 " / ".join(f"{g['median_us'][op][s]:.1f}" if s in g["median_us"][op] else "-" for s in sides) for op in ops) + " |")
     lines.append(f"\nload average {rec['env']['loadavg_start']} -> {rec['env']['loadavg_end']}, wall {rec['env']['wall_s']:.0f} s")
     return "\n".join(lines)
+
+
+def floor_ratios(rec: dict, base: str = "sglang") -> dict[str, tuple[float, float]]:
+    """{op: (floor us, floor / base's median for that op)}: the least ratio any walk could reach.
+
+    ``torch.cat`` of the hit's indices bounds the full hit with the key built; packing the token
+    list bounds every op fed a list (radixlab converts it; SGLang's ``Req`` already holds ``array('q')``).
+    """
+    fl, ops = rec["reference"].get("floors", {}), rec["reference"]["ops"]
+    pairs = [("full-hit match (key)", FLOOR_CAT)] + [(f"{op} (list)", FLOOR_PACK)
+                                                     for op in ("full-hit match", "system-prompt hit", "miss", "insert")]
+    return {op: (fl[f]["median_us"], fl[f]["median_us"] / ops[op][base]["median_us"])
+            for op, f in pairs if f in fl and base in ops.get(op, {})}
+
+
+def _floor_lines(rec: dict) -> list[str]:
+    fl = rec["reference"].get("floors", {})
+    lines = [f"floor, same run: {name} {st['median_us']:.1f} / {st['p90_us']:.1f} us" for name, st in fl.items()]
+    for op, (us, ratio) in floor_ratios(rec).items():
+        lines.append(f"  {op}: that floor alone is {ratio:.2f}x SGLang's whole call")
+    return lines
 
 
 def _pairs(sides: list[str]) -> list[tuple[str, str]]:

@@ -111,6 +111,14 @@ def request_ids(req: WaitingRequest) -> list[int]:
     return list(req.origin_input_ids) + list(req.output_ids)
 
 
+def request_key(req: WaitingRequest) -> RadixKey:
+    """The key a policy matches, in the request's namespace. A ``radixlab.request.Request`` packed its
+    prompt once, at creation: the key reuses those bytes (no per-step conversion of the token list)."""
+    if hasattr(req, "packed_ids"):
+        return RadixKey.from_packed(req.packed_ids(len(req.origin_input_ids) + len(req.output_ids)), req.extra_key)
+    return RadixKey(request_ids(req), req.extra_key)
+
+
 def max_new_tokens(req: Any) -> int:
     """``req.sampling_params.max_new_tokens`` (SGLang's place) or ``req.max_new_tokens``."""
     params = getattr(req, "sampling_params", None)
@@ -137,16 +145,16 @@ def compute_prefix_matches(queue: Sequence[WaitingRequest], tree: RadixCache,
     # 1. A scratch tree of the waiting queue itself: which waiting requests share uncached prefixes?
     waiting_tree = RadixCache(page_size=1)
     for r in queue:
-        ids = request_ids(r)
-        match = tree.match_prefix(RadixKey(ids, r.extra_key))
+        key = request_key(r)
+        match = tree.match_prefix(key)
         prefix_len[r.rid], last_node[r.rid] = len(match), match.last_node
         # 2. Short cached prefix: does an earlier waiting request share a long prefix with us?
         if in_batch_check and len(match) <= IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD:
-            in_batch = len(waiting_tree.match_prefix(RadixKey(ids, r.extra_key)))
+            in_batch = len(waiting_tree.match_prefix(key))
             if in_batch >= IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD:
                 deprioritized.add(r.rid)  # 3. yes: let the earlier one compute it first
             else:
-                waiting_tree.insert(RadixKey(ids, r.extra_key))
+                waiting_tree.insert(key)
     return prefix_len, last_node, deprioritized
 
 

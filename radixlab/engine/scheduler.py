@@ -127,7 +127,7 @@ class Scheduler:
                 self.stats.held_back += 1
                 continue
             # Peek at the cached prefix; locking it would take its nodes out of the evictable pool.
-            match = self.tree_cache.match_prefix(req.radix_key(req.origin_input_ids[:-1]))
+            match = self.tree_cache.match_prefix(req.admit_key())
             result = adder.add_one_req(req, len(match), self._unlocked_on_path(match.last_node))
             if result is not AddReqResult.CONTINUE and adder.new_chunked_req is not req:
                 break
