@@ -42,7 +42,7 @@ def _as_index_list(indices: Any, name: str) -> list[int]:
         if indices.dtype.is_floating_point or indices.dtype == torch.bool or indices.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {indices.dtype} with shape "
                             f"{tuple(indices.shape)}")
-        return [int(i) for i in indices.tolist()]
+        return indices.tolist()  # an integer tensor's tolist() is already Python ints
     if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
         raise TypeError(f"{name} must be a sequence or tensor of slot indices, got {type(indices).__name__}")
     out = []
@@ -93,11 +93,12 @@ class ReqToTokenPool:
             values = torch.tensor(_as_index_list(slots, "slots"), dtype=torch.int64)
         if idx >= self.size or idx in self.free_slots:
             raise ValueError(f"req_pool_idx {idx} is not a row in use")
-        if start + len(values) > self.max_context_len:
-            raise ValueError(f"writing {len(values)} slots at position {start} overflows max_context_len="
+        n = values.shape[0]  # (len() of a tensor costs ~0.4 us; this runs on every admit and chunk)
+        if start + n > self.max_context_len:
+            raise ValueError(f"writing {n} slots at position {start} overflows max_context_len="
                              f"{self.max_context_len}")
-        if len(values):
-            self.req_to_token[idx, start:start + len(values)] = values.to(self.req_to_token.device)
+        if n:
+            self.req_to_token[idx, start:start + n] = values.to(self.req_to_token.device)
 
     def row(self, req_pool_idx: int, length: int) -> torch.Tensor:
         """The first ``length`` slot indices of a row (a copy)."""

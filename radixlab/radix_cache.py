@@ -153,14 +153,16 @@ class RadixCache:
         return MatchResult(values[0] if values else self._empty_indices, last_node)
 
     def insert(self, key: RadixKey | Sequence[int], value: torch.Tensor | Sequence[int] | None = None,
-               priority: int = 0) -> int:
+               priority: int = 0, chunked: bool = False) -> int:
         """Insert ``key`` → ``value``; returns how many leading units were already cached.
 
         Only whole pages are stored. When ``value`` is None the token ids themselves are used as
         stand-in slot indices (SGLang's simulation fallback). The caller still owns the slots of
         the first ``prefix_len`` units: the tree kept its own copies (see ``cache_finished_req``).
+        ``chunked=True`` (SGLang's ``InsertParams.chunked``) leaves ``hit_count`` alone: a chunked
+        prefill re-inserting its own earlier chunks is not a hit (it would inflate LFU's counts).
         """
-        prefix_len, _ = self._insert(key, value, priority)
+        prefix_len, _ = self._insert(key, value, priority, chunked)
         return prefix_len
 
     def inc_lock_ref(self, node: TreeNode) -> int:
@@ -367,13 +369,13 @@ class RadixCache:
             value = value.to(device=self.device, dtype=torch.int64)  # indices live with the KV pool
         return value if n_value == n else value[:n]
 
-    def _insert(self, key: Any, value: Any, priority: int = 0) -> tuple[int, TreeNode]:
+    def _insert(self, key: Any, value: Any, priority: int = 0, chunked: bool = False) -> tuple[int, TreeNode]:
         key = self._prepare_key(key, "key")
         value = self._prepare_value(key, value)  # validate everything before touching the tree
         if self.page_size != 1:
             key = key.page_aligned(self.page_size)
             value = value[: len(key)]
-        return self._insert_helper(self.root_node, key, value, priority)
+        return self._insert_helper(self.root_node, key, value, priority, chunked)
 
     def _match_prefix_helper(self, node: TreeNode, key: RadixKey) -> tuple[list[torch.Tensor], TreeNode]:
         if self.matcher == "fast":
@@ -424,9 +426,9 @@ class RadixCache:
         return new_node
 
     def _insert_helper(self, node: TreeNode, key: RadixKey, value: torch.Tensor,
-                       priority: int = 0) -> tuple[int, TreeNode]:
+                       priority: int = 0, chunked: bool = False) -> tuple[int, TreeNode]:
         if self.matcher == "fast":
-            return self._insert_fast(node, key, value, priority)
+            return self._insert_fast(node, key, value, priority, chunked)
         now = self._tick()
         node.last_access_time = now
         total_prefix_length = 0
@@ -439,13 +441,14 @@ class RadixCache:
             # 2. Diverged inside the edge: split so the shared part is its own node.
             if prefix_len < len(child.key):
                 child = self._split_node(child.key, child, prefix_len)
-            child.hit_count += 1
+            if not chunked:  # a chunked prefill meeting its own earlier chunks is not a hit
+                child.hit_count += 1
             child.priority = max(child.priority, priority)
             node = child
         # 3. Whatever is left is new: one leaf holding a private copy of its slot indices.
         if len(key):
             leaf = self._new_node(key, value.clone(), node, priority)
-            leaf.hit_count = 1
+            leaf.hit_count = 0 if chunked else 1
             node.children[key.child_key(self.page_size)] = leaf
             self.evictable_size_ += len(key)
             self._update_leaf_status(node)
@@ -485,7 +488,7 @@ class RadixCache:
         return values, node
 
     def _insert_fast(self, node: TreeNode, key: RadixKey, value: torch.Tensor,
-                     priority: int = 0) -> tuple[int, TreeNode]:
+                     priority: int = 0, chunked: bool = False) -> tuple[int, TreeNode]:
         now = self._tick()
         node.last_access_time = now
         packed, ns, page = key.packed, key.extra_key, self.page_size
@@ -505,7 +508,8 @@ class RadixCache:
                 units = (packed_prefix_len(edge, packed, pos) - (1 if overlap else 0)) // page * page
                 child = self._split_node(child.key, child, units)
                 pos += units * ITEM
-            child.hit_count += 1
+            if not chunked:
+                child.hit_count += 1
             if priority > child.priority:
                 child.priority = priority
             node = child
@@ -513,7 +517,7 @@ class RadixCache:
         if pos < end:  # the rest is new: one leaf with a private copy of its slot indices
             leaf = self._new_node(_key_over(packed[pos:], ns, key.is_bigram),
                                   value.narrow_copy(0, prefix_len, (end - pos) >> 3), node, priority)
-            leaf.hit_count = 1
+            leaf.hit_count = 0 if chunked else 1
             node.children[first if ns is None else (ns, first)] = leaf
             self.evictable_size_ += (end - pos) >> 3
             self.evictable_leaves_.discard(node)  # it has a child now
@@ -579,30 +583,31 @@ class RadixCache:
         Inserts ``req.fill_ids``, frees our duplicates, rewrites our row to point at the tree's
         slots, and moves our lock from the old ``last_node`` to the node where ``fill_ids`` ends.
         The unaligned tail stays ours (it is in ``req.prefix_indices``, not in the tree).
-        ``chunked`` is SGLang's flag (there it stops a request's own chunks from inflating LFU hit
-        counts); here it is accepted and ignored.
+        ``chunked`` is SGLang's flag: the insert then leaves ``hit_count`` alone, so a request's own
+        earlier chunks do not inflate LFU's counts.
         """
         allocator, row = self._lifecycle_args(req)
         kv_indices = row[: req.seq_len]
         key = self._request_key(req, len(req.fill_ids))
         # 1. Insert what is computed so far (whole pages only).
-        new_prefix_len, _ = self._insert(key, kv_indices[: len(key)].clone(), req.priority)
+        new_prefix_len, _ = self._insert(key, kv_indices[: len(key)].clone(), req.priority, chunked)
         # 2. Free our duplicates of tokens the tree already had.
         allocator.free(kv_indices[req.cache_protected_len:new_prefix_len])
         # 3. Match again: the tree's slots and the node where our key ends.
         match = self.match_prefix(key)
         new_indices, new_last_node = match.device_indices, match.last_node
-        assert len(new_indices) == len(key), f"{len(new_indices)=} != {len(key)=}"
+        n_cached = new_indices.shape[0]
+        assert n_cached == len(key), f"{n_cached=} != {len(key)=}"
         # 4. Our row now points at the tree's slots for the cached part.
         self.req_to_token_pool.write(req.req_pool_idx, req.cache_protected_len, new_indices[req.cache_protected_len:])
-        req.cache_protected_len = len(new_indices)
+        req.cache_protected_len = n_cached
         # 5. Move the lock (take the new one first, so no node is unlocked in between).
         self.inc_lock_ref(new_last_node)
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node)
         req.last_node = new_last_node
         # 6. The next chunk reuses all of it: the tree's slots, then our unaligned tail.
-        req.prefix_indices = torch.cat([new_indices, row[len(new_indices): req.seq_len]])
+        req.prefix_indices = torch.cat([new_indices, row[n_cached: req.seq_len]])
 
     def _request_key(self, req: Any, n: int) -> RadixKey:
         """The page-aligned key of the request's first ``n`` tokens, from its packed ids (no list conversion)."""

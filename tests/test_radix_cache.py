@@ -200,3 +200,20 @@ def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
     cache.evict(10_000)
     need, held = cache.index_memory()
     assert held == need and need == 5 * 8, (need, held)
+
+
+@pytest.mark.parametrize("matcher", ["fast", "readable"])
+def test_chunked_insert_leaves_hit_counts_alone(matcher):
+    """SGLang's InsertParams.chunked: a chunked prefill re-inserting its own chunks is not a hit (LFU)."""
+    cache = RadixCache(matcher=matcher)
+    cache.insert([1, 2, 3, 4], chunked=True)
+    (node,) = cache.root_node.children.values()
+    assert node.hit_count == 0
+    cache.insert([1, 2, 3, 4, 5, 6], chunked=True)  # the next chunk: same head, a new tail
+    head, = cache.root_node.children.values()
+    tail, = head.children.values()
+    assert (head.hit_count, tail.hit_count) == (0, 0)
+    cache.insert([1, 2, 3, 4, 5, 6])  # another request: a real hit on both
+    assert (head.hit_count, tail.hit_count) == (1, 1)
+    cache.insert([1, 2, 9])  # splits the head: both halves keep its count, the new leaf starts at 1
+    assert [n.hit_count for n in cache.nodes()] == [2, 1, 1, 1]

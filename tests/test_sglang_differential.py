@@ -91,12 +91,12 @@ class Differential(RuleBasedStateMachine):
         self.next_slot += n
         return v
 
-    @rule(toks=tokens, ns=namespaces, priority=st.integers(0, 2))
-    def insert(self, toks, ns, priority):
+    @rule(toks=tokens, ns=namespaces, priority=st.integers(0, 2), chunked=st.booleans())
+    def insert(self, toks, ns, priority, chunked):
         value = self._slots(len(toks))
-        got = self.rl.insert(RadixKey(toks, ns), value.clone(), priority=priority)
+        got = self.rl.insert(RadixKey(toks, ns), value.clone(), priority=priority, chunked=chunked)
         want = self.sg.insert(SG.InsertParams(key=SG.RadixKey(array("q", toks), ns), value=value.clone(),
-                                              priority=priority)).prefix_len
+                                              priority=priority, chunked=chunked)).prefix_len
         assert got == want, f"insert {toks} ns={ns}: prefix_len radixlab={got} sglang={want}"
 
     @rule(toks=tokens, ns=namespaces)
