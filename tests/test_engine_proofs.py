@@ -100,14 +100,19 @@ def test_adapters_need_their_namespace():
             assert b["output_ids"] != safe_b["output_ids"]
 
 
-def test_namespace_is_extra_key_plus_adapter_as_in_sglang():
+def test_namespace_holds_extra_key_and_adapter_and_cannot_be_forged():
+    """The adapter is in the namespace (as SGLang), as a pair: no extra_key string can reach it."""
     model = load_model("tiny", device="cpu")
     model.add_adapter("A", seed=1)
     engine = Engine(model)
     engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, extra_key="salt", lora_path="A")
-    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {"saltA"}
+    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A")}
     engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, lora_path="A")
-    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {"saltA", "A"}
+    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), (None, "A")}
+    # A joined string ("salt" + "A") would put this base-model request in adapter A's namespace.
+    out = engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, extra_key="saltA")
+    assert out["meta_info"]["cached_tokens"] == 0
+    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), (None, "A"), "saltA"}
 
 
 def _half_page_run(model, unsafe: bool):

@@ -7,9 +7,13 @@ the pools and the tree under SGLang's attribute names (``req_to_token_pool``,
 ``token_to_kv_pool_allocator``, ``token_to_kv_pool``, ``tree_cache``) and runs the scheduler's
 normal event loop in the caller's thread until every prompt of the call has finished.
 
-Namespaces: as in SGLang's ``Req.__init__``, a request's ``extra_key`` is its ``extra_key``
-(``""`` if none) with the adapter's id appended (``lora_path`` names an adapter of the model;
-here the adapter's name is its id).
+Namespaces: as in SGLang's ``Req.__init__``, the adapter is part of a request's namespace. SGLang
+appends the adapter's id to the string: ``(extra_key or "") + lora_id``. Here the namespace is the
+pair ``(extra_key, lora_path)`` (just ``extra_key`` without an adapter): adapter names are chosen by
+people, so a joined string would let ``extra_key="xA"`` without an adapter land in the namespace of
+``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that adapter. A pair never equals
+a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid the server mints, so there only a
+client that sends another request's full ``extra_key + lora_id`` as its own ``extra_key`` collides.)
 
 ``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
 ``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
@@ -280,8 +284,8 @@ class Engine:
                 raise ValueError(f"prompt {i} can never fit: {len(ids)} prompt tokens + max_new_tokens="
                                  f"{sp['max_new_tokens']} need {need} KV slots, the pool has max_total_tokens="
                                  f"{self.max_total_tokens} (context length {self.context_len})")
-            # SGLang: extra_key = (extra_key or "") + lora_id
-            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key or "") + lora
+            # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string
+            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key, lora)
             seed = sp.pop("sampling_seed", None)
             self._num_reqs += 1
             reqs.append(Req(rid=f"req-{self._num_reqs}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,

@@ -47,7 +47,7 @@ def adapter_namespace_demo(model: Any, prompt: Sequence[int], max_new_tokens: in
         rows.append({"adapter_in_namespace": not unsafe, "cached_tokens": b["meta_info"]["cached_tokens"],
                      "output_ids": b["output_ids"], "reference_ids": dense_greedy(model, prompt, max_new_tokens, "B"),
                      "logit_error": logit_error(model, prompt, b, "B"),
-                     "namespaces": sorted({n.key.extra_key for n in engine.tree_cache.nodes()})})
+                     "namespaces": sorted({n.key.extra_key for n in engine.tree_cache.nodes()}, key=repr)})
     return rows
 
 
