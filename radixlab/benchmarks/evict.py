@@ -44,8 +44,8 @@ class ListLRURadixCache(RadixCache):
         self._touch_path(last)
         return values, last
 
-    def _insert_helper(self, node: TreeNode, key: RadixKey, value, priority: int = 0):
-        prefix_len, last = super()._insert_helper(node, key, value, priority)
+    def _insert_helper(self, node: TreeNode, key: RadixKey, value, priority: int = 0, chunked: bool = False):
+        prefix_len, last = super()._insert_helper(node, key, value, priority, chunked)
         self._touch_path(last)
         return prefix_len, last
 
