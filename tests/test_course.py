@@ -11,7 +11,7 @@ import pytest
 from radixlab.course.catalog import COURSE, course_map
 from radixlab.course.edition import blank_solutions, make_student_edition, student_notebook, strip_markers
 from radixlab.course.execute import execute_notebook
-from radixlab.course.exercises import by_check, legacy_check
+from radixlab.course.exercises import by_check
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -26,9 +26,10 @@ def _text(output) -> str:
 
 
 def _exercise_id(check: str) -> str:
-    """The id of the exercise a check function grades: its spec's, or a legacy check module's EXERCISE."""
+    """The id of the exercise a check function grades (every course check has an ExerciseSpec)."""
     spec = by_check(check)
-    return spec.id if spec else legacy_check(check)[0]
+    assert spec is not None, f"{check}() has no ExerciseSpec"
+    return spec.id
 
 
 def _exercise_cells(nb):

@@ -57,10 +57,9 @@ def with_answer(nb, function: str, source: str):
     return nb
 
 
-FAKE_RESULT = '''from radixlab.course import check, spec
+FAKE_RESULT = '''from radixlab.course import spec
 fake = {"exercise": "02.1", "title": "the copy-on-write split", "passed": True, "not_done": False,
         "score": 3, "max_score": 3, "cases": []}
-check.RESULTS.append(type("R", (), {"to_dict": lambda self: fake})())
 spec.RESULTS.append(type("R", (), {"to_dict": lambda self: fake})())
 print("✅ Exercise 02.1 (the copy-on-write split): passed.\\n   All 6 checks passed. Score 3/3.")'''
 
@@ -68,12 +67,10 @@ FAKE_MODULE = '''import sys, types
 fake = types.ModuleType("radixlab.course.ex_tree")
 fake.check_split = lambda fn: print("✅ Exercise 02.1 (the copy-on-write split): passed. Score 3/3")
 sys.modules["radixlab.course.ex_tree"] = fake
-sys.modules["radixlab.course.check"] = fake
 sys.modules["radixlab.course.spec"] = fake'''
 
-PATCH_HELPERS = '''from radixlab.course import check, spec
-check.expect_equal = lambda *a, **k: None
-check.CaseOutcome = spec.CaseOutcome = lambda *a, **k: type("O", (), {"passed": True, "earned": 1, "points": 1})()
+PATCH_HELPERS = '''from radixlab.course import spec
+spec.CaseOutcome = lambda *a, **k: type("O", (), {"passed": True, "earned": 1, "points": 1})()
 spec.judge = lambda *a, **k: (True, "")
 spec.CheckResult.passed = property(lambda self: True)'''
 
@@ -308,11 +305,6 @@ def test_misuse_exits_2_with_a_message(tmp_path, capsys):
     assert "matches none" in capsys.readouterr().err
 
 
-LEGACY_CHECKS: set[str] = set()
-"""Exercises whose check still uses check.run_check: the grader lists them for marking by hand until
-their authors write an ExerciseSpec (then remove them from here)."""
-
-
 def test_every_course_notebook_is_gradable():
     """Each instructor notebook's check cells map to exercise specs, and its questions are found."""
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
@@ -320,8 +312,8 @@ def test_every_course_notebook_is_gradable():
         nb = nbformat.read(path, as_version=4)
         calls = {m for c in nb.cells if c.cell_type == "code" for m in grade.CHECK_CALL.findall(c.source)}
         assert {e.check for e in lesson.exercises} >= calls
-        legacy = {e.id for e in lesson.exercises if e.spec is None}
-        assert legacy <= LEGACY_CHECKS, f"{path.name}: a check without an ExerciseSpec: {legacy}"
+        manual = {e.check for e in lesson.exercises if e.spec is None}
+        assert not manual, f"{path.name}: a check without an ExerciseSpec (graded by hand only): {manual}"
         solutions = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
         assert len(lesson.questions) == len(solutions)
         assert all(q.prompt for q in lesson.questions), f"{path.name}: a reference answer without a question before it"

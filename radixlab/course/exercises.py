@@ -43,13 +43,3 @@ def for_lesson(number: str) -> list[ExerciseSpec]:
     return sorted((s for s in all_specs().values() if s.lesson == number), key=lambda s: s.id)
 
 
-def legacy_check(name: str) -> tuple[str, str] | None:
-    """(exercise id, title) of a check still written with ``check.run_check`` (no spec): graded by hand."""
-    from . import __path__ as here
-
-    for info in pkgutil.iter_modules(here):
-        if info.name.startswith("ex_"):
-            module = importlib.import_module(f"{__package__}.{info.name}")
-            if callable(getattr(module, name, None)) and hasattr(module, "EXERCISE"):
-                return str(module.EXERCISE), str(getattr(module, "TITLE", name))
-    return None
