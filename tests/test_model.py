@@ -355,3 +355,16 @@ def test_forward_rejects_a_mismatched_pool_or_row(model):
         model.forward(ForwardBatch.build(ForwardMode.EXTEND, [[1]], [0], [0], [0], lora_ids=["X"], device=model.device),
                       rows, pool)
     assert not any(b.any() for b in pool.k_buffer + pool.v_buffer)  # nothing was written
+
+
+def test_rotary_frequencies_stay_float32_when_the_model_is_cast():
+    """model.to(bfloat16) must not round the RoPE frequencies (a buffer would be cast with the weights)."""
+    from radixlab.model.layers import RotaryEmbedding
+
+    rope = RotaryEmbedding(64, 10000.0).to(torch.bfloat16)
+    pos = torch.tensor([0, 1000, 4000])
+    cos, sin = rope(pos)
+    exact = RotaryEmbedding(64, 10000.0)(pos)
+    assert cos.dtype == torch.float32 and torch.equal(cos, exact[0]) and torch.equal(sin, exact[1])
+    rounded = pos.float()[:, None] * rope.inv_freq(pos.device).to(torch.bfloat16).float()[None, :]
+    assert (rounded - pos.float()[:, None] * rope.inv_freq(pos.device)[None, :]).abs().max() > 0.1  # what a buffer would cost

@@ -41,12 +41,22 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, rope_theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (rope_theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # not a weight: not in state_dict
+        self.head_dim, self.rope_theta = head_dim, rope_theta
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        """The frequencies in float32 on ``device``. Not a buffer on purpose: ``model.to(bfloat16)``
+        would round them to 8 bits of mantissa, and at position p the angle p * f would then be off by
+        up to p * f / 256 radians (SGLang computes its cos/sin cache in float32 too:
+        ``layers/rotary_embedding/base.py``)."""
+        if device not in self._inv_freq:
+            exps = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
+            self._inv_freq[device] = 1.0 / (self.rope_theta ** exps)
+        return self._inv_freq[device]
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin`` of shape ``[T, head_dim]`` for the tokens at ``positions``."""
-        freqs = positions.float()[:, None] * self.inv_freq.float()[None, :]
+        freqs = positions.float()[:, None] * self.inv_freq(positions.device)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos(), emb.sin()
 
