@@ -412,13 +412,13 @@ class RadixCache:
             raise ValueError(f"split_len must be inside the edge (0 < split_len < {len(child.key)}), got {split_len}")
         parent = child.parent
         # 1. The new node covers the shared head of the edge and inherits the child's lock.
-        new_node = self._new_node(child.key[:split_len], child.value[:split_len].clone(), parent, child.priority)
+        new_node = self._new_node(child.key[:split_len], child.value.narrow_copy(0, 0, split_len), parent, child.priority)
         new_node.lock_ref = child.lock_ref
         new_node.hit_count = child.hit_count
         new_node.last_access_time = child.last_access_time
         # 2. The child keeps the tail, and hangs below the new node under its new first page.
         child.key = child.key[split_len:]
-        child.value = child.value[split_len:].clone()
+        child.value = child.value.narrow_copy(0, split_len, len(child.key))  # (narrow_copy = slice + clone, one op)
         child.parent = new_node
         new_node.children[child.key.child_key(self.page_size)] = child
         # 3. The parent's entry (same first page as before) now points at the new node.

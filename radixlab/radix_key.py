@@ -102,24 +102,23 @@ def common_prefix_len(a: Sequence, b: Sequence) -> int:
 def packed_prefix_len(edge: bytes, query: bytes, offset: int = 0) -> int:
     """Tokens shared by ``edge`` and ``query[offset:]`` (both packed; ``offset`` in bytes).
 
-    Each probe is one ``memcmp``: ``query.startswith(view, offset)`` on a zero-copy
-    ``memoryview`` window of the edge. A galloping phase (windows of 1, 2, 4... tokens, as SGLang's
-    ``RadixKey.match`` does on ``array('q')``) finds an early mismatch in a few probes; then a
-    binary search inside the window that failed.
+    One ``memcmp`` of the whole overlap, then a binary search for the first mismatch: each probe
+    is one ``memcmp`` (``query.startswith(view, offset)`` on a zero-copy ``memoryview`` window of
+    the edge), log2(n) probes wherever the mismatch is. SGLang's ``RadixKey.match`` gallops
+    instead (windows of 1, 2, 4... tokens, then a binary search inside the window that failed):
+    it runs on every edge, and galloping keeps an early mismatch cheap. Here the search runs only
+    after the whole-edge compare failed, so an edge that matches never gets here, and a mismatch
+    deep in a long edge (a new question after a shared system prompt) costs log2(n) probes, not
+    2 * log2(position).
     """
     n = min(len(edge), len(query) - offset) // ITEM
     if n <= 0:
         return 0
     view = memoryview(edge)
-    lo, step = 0, 1  # invariant: the first lo tokens agree
-    while lo < n:
-        hi = min(lo + step, n)
-        if not query.startswith(view[lo * ITEM:hi * ITEM], offset + lo * ITEM):
-            break
-        lo, step = hi, step * 2
-    else:
+    if query.startswith(view[:n * ITEM], offset):
         return n
-    while hi - lo > 1:  # tokens [lo, hi) hold the first mismatch
+    lo, hi = 0, n  # invariant: the first lo tokens agree; tokens [lo, hi) hold the first mismatch
+    while hi - lo > 1:
         mid = (lo + hi) // 2
         if query.startswith(view[lo * ITEM:mid * ITEM], offset + lo * ITEM):
             lo = mid

@@ -364,6 +364,16 @@ class ReferenceTreeWorkload:
         p = self.rng.randrange(self.num_prompts)
         return fresh(self.system[p] + self.new_turn(p))
 
+    def mid_edge_hit(self, cached: Sequence[int]) -> tuple[list[int], int]:
+        """(query, expected hit) sharing ``cached``'s system prompt and the first k tokens of its turn
+        (1 <= k < turn_len), then diverging: the match ends inside the turn's edge, so the tree splits it."""
+        k = self.rng.randrange(1, self.turn_len)
+        head = list(cached[: self.system_len + k])
+        tail = [self.rng.randrange(self.vocab) for _ in range(self.turn_len - k)]
+        if tail[0] == cached[self.system_len + k]:
+            tail[0] = (tail[0] + 1) % self.vocab
+        return fresh(head + tail), self.system_len + k
+
     def miss(self) -> list[int]:
         """A request sharing nothing with the tree (its first token starts no root edge)."""
         first = self.rng.randrange(self.vocab)

@@ -14,7 +14,7 @@ def test_small_run_has_every_section_and_agrees():
     assert rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"])
     ops = rec["reference"]["ops"]
     for op in ("full-hit match (key)", "full-hit match (list)", "system-prompt hit (key)", "miss (list)",
-               "insert (key)", "insert (list)", "build (key)", "evict all"):
+               "mid-edge hit (split) (key)", "mid-edge hit (split) (list)", "insert (key)", "insert (list)", "build (key)", "evict all"):
         assert set(ops[op]) == {"fast", "readable"}, op
     assert rec["memory"][0]["packed_key_bytes_per_token"] == 8.0
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
@@ -25,6 +25,21 @@ def test_small_run_has_every_section_and_agrees():
     assert all(us > 0 and ratio > 0 for us, ratio in floors.values())
     text = bt.format_record(rec)
     assert "fast/readable" in text and "Growing trees" in text and "floor, same run" in text
+
+
+def test_mid_edge_hits_split_an_edge_and_every_side_agrees():
+    wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=2)
+    reqs = wl.requests()
+    fast, readable = (bt.build(bt.radixlab_side(m), reqs)[0] for m in ("fast", "readable"))
+    for _ in range(20):
+        query, hit = wl.mid_edge_hit(reqs[wl.rng.randrange(len(reqs))])
+        assert 20 < hit < 30 and len(query) == 30
+        nodes = fast.num_nodes()
+        assert len(fast.match_prefix(query)) == len(readable.match_prefix(query)) == hit
+        assert fast.num_nodes() >= nodes  # a split adds a node unless an earlier one ended there
+    assert fast.format() == readable.format()  # same splits, same tree
+    rec = bt.op_table([bt.radixlab_side("fast"), bt.radixlab_side("readable")], wl, reqs, ops=6)
+    assert rec["agree"] and "mid-edge hit (split) (key)" in rec["ops"]
 
 
 def test_reference_workload_shape():

@@ -163,14 +163,21 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
     caches = {s.name: build(s, reqs)[0] for s in sides}
     rng = wl.rng
     total = wl.system_len + wl.turn_len
+    mid = [wl.mid_edge_hit(reqs[rng.randrange(len(reqs))]) for _ in range(2 * ops)]  # one list per form
     queries = {
         "full-hit match": ([fresh(reqs[rng.randrange(len(reqs))]) for _ in range(ops)], total),
         "system-prompt hit": ([wl.system_hit() for _ in range(ops)], wl.system_len),
         "miss": ([wl.miss() for _ in range(ops)], 0),
+        # ends inside a turn's edge: finds the first mismatch (packed_prefix_len) and splits the edge;
+        # each form gets its own queries, so (nearly) every timed call splits an edge anew
+        "mid-edge hit (split)": ([q for q, _ in mid], [n for _, n in mid]),
     }
     out: dict = {"ops": {}, "agree": True, "floors": {}}
-    for op, (qs, expect) in queries.items():
-        for form in forms:
+    for op, (qs_all, expect_all) in queries.items():
+        for j, form in enumerate(forms):
+            qs, expect = qs_all, expect_all
+            if isinstance(expect_all, list):  # one expected hit per query, fresh queries per form
+                qs, expect = qs_all[j * ops:(j + 1) * ops], expect_all[j * ops:(j + 1) * ops]
             lanes = []
             for s in sides:
                 c = caches[s.name]
@@ -183,8 +190,9 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
             times, res = interleaved(lanes)
             out["ops"][f"{op} ({form})"] = {name: stats(t) for name, t in times.items() if name in caches}
             out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
+            want = expect if isinstance(expect, list) else [expect] * len(qs)
             for name, rs in res.items():
-                if name in caches and any(sides[0].hit_len(r) != expect for r in rs):
+                if name in caches and [sides[0].hit_len(r) for r in rs] != want[:len(rs)]:
                     out["agree"] = False
     for form in forms:  # insert: a cached system prompt + a new turn; each side gets its own requests
         lanes = []
