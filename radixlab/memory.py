@@ -39,7 +39,7 @@ def _check_int(value: Any, name: str, minimum: int = 0) -> int:
 
 def _as_index_list(indices: Any, name: str) -> list[int]:
     if isinstance(indices, torch.Tensor):
-        if indices.dtype.is_floating_point or indices.dtype == torch.bool or indices.dim() != 1:
+        if indices.dtype.is_floating_point or indices.dtype.is_complex or indices.dtype == torch.bool or indices.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {indices.dtype} with shape "
                             f"{tuple(indices.shape)}")
         return indices.tolist()  # an integer tensor's tolist() is already Python ints
@@ -87,7 +87,8 @@ class ReqToTokenPool:
         """Store ``slots`` at ``req_to_token[req_pool_idx, start : start + len(slots)]``."""
         idx = _check_int(req_pool_idx, "req_pool_idx")
         start = _check_int(start, "start")
-        if isinstance(slots, torch.Tensor) and slots.dim() == 1 and not (slots.dtype.is_floating_point or slots.dtype == torch.bool):
+        if isinstance(slots, torch.Tensor) and slots.dim() == 1 and not (
+                slots.dtype.is_floating_point or slots.dtype.is_complex or slots.dtype == torch.bool):
             values = slots  # fast path: already an index tensor
         else:
             values = torch.tensor(_as_index_list(slots, "slots"), dtype=torch.int64)

@@ -42,14 +42,15 @@ class Request:
     last_node: TreeNode | None = None  # the node this request holds a lock on
     cache_protected_len: int = 0  # leading row entries that are the tree's slots (not this request's)
     finished: bool = False
-    # origin_input_ids packed as int64 bytes, once (the cache's key form: notebook 11)
+    # origin_input_ids packed as int64 bytes, once (the cache's key form: notebook 11), and the list packed
     _origin_packed: bytes = field(default=b"", repr=False)
+    _origin_src: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         packed = pack_tokens(self.origin_input_ids, "origin_input_ids")  # validates every id, once
         if type(self.origin_input_ids) is not list:
             self.origin_input_ids = list(unpack_tokens(packed))
-        self._origin_packed = packed
+        self._origin_packed, self._origin_src = packed, self.origin_input_ids
         self.output_ids = list(_as_token_tuple(self.output_ids, "output_ids"))
         if not self.origin_input_ids:
             raise ValueError("origin_input_ids must be non-empty")
@@ -76,10 +77,13 @@ class Request:
 
         The prompt was packed once, at creation; output ids are packed only when a key reaches
         them (``cache_finished_req``). So the request path converts each token list once.
+        Assigning a new ``origin_input_ids`` list is seen (it is packed again); editing the list in
+        place is not supported (SGLang's scheduler never edits a prompt either).
         """
         packed = self._origin_packed
-        if len(packed) != len(self.origin_input_ids) * ITEM:  # origin_input_ids was replaced: repack
+        if self._origin_src is not self.origin_input_ids or len(packed) != len(self.origin_input_ids) * ITEM:
             packed = self._origin_packed = pack_tokens(self.origin_input_ids, "origin_input_ids")
+            self._origin_src = self.origin_input_ids
         n_origin = len(self.origin_input_ids)
         if n <= n_origin:
             return packed[: n * ITEM]

@@ -367,6 +367,8 @@ class ReferenceTreeWorkload:
     def mid_edge_hit(self, cached: Sequence[int]) -> tuple[list[int], int]:
         """(query, expected hit) sharing ``cached``'s system prompt and the first k tokens of its turn
         (1 <= k < turn_len), then diverging: the match ends inside the turn's edge, so the tree splits it."""
+        if self.turn_len < 2:
+            raise ValueError(f"a hit inside a turn needs turn_len >= 2, got {self.turn_len}")
         k = self.rng.randrange(1, self.turn_len)
         head = list(cached[: self.system_len + k])
         tail = [self.rng.randrange(self.vocab) for _ in range(self.turn_len - k)]

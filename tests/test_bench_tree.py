@@ -31,13 +31,22 @@ def test_mid_edge_hits_split_an_edge_and_every_side_agrees():
     wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=2)
     reqs = wl.requests()
     fast, readable = (bt.build(bt.radixlab_side(m), reqs)[0] for m in ("fast", "readable"))
+    before = fast.num_nodes()
     for _ in range(20):
         query, hit = wl.mid_edge_hit(reqs[wl.rng.randrange(len(reqs))])
         assert 20 < hit < 30 and len(query) == 30
-        nodes = fast.num_nodes()
-        assert len(fast.match_prefix(query)) == len(readable.match_prefix(query)) == hit
-        assert fast.num_nodes() >= nodes  # a split adds a node unless an earlier one ended there
+        result = fast.match_prefix(query)
+        assert len(result) == len(readable.match_prefix(query)) == hit
+        depth, node = 0, result.last_node  # the match ends exactly at a node: the turn's edge was split there
+        while node is not fast.root_node:
+            depth, node = depth + len(node.key), node.parent
+        assert depth == hit
+    assert fast.num_nodes() > before
     assert fast.format() == readable.format()  # same splits, same tree
+    with pytest.raises(ValueError, match="turn_len"):
+        ReferenceTreeWorkload(2, 2, system_len=5, turn_len=1).mid_edge_hit([0] * 6)
+    short = ReferenceTreeWorkload(2, 2, system_len=5, turn_len=1)  # no mid-edge row, the rest still runs
+    assert "mid-edge hit (split) (key)" not in bt.op_table([bt.radixlab_side("fast")], short, short.requests(), 3)["ops"]
     rec = bt.op_table([bt.radixlab_side("fast"), bt.radixlab_side("readable")], wl, reqs, ops=6)
     assert rec["agree"] and "mid-edge hit (split) (key)" in rec["ops"]
 

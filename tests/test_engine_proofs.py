@@ -108,11 +108,11 @@ def test_namespace_holds_extra_key_and_adapter_and_cannot_be_forged():
     engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, extra_key="salt", lora_path="A")
     assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A")}
     engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, lora_path="A")
-    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), (None, "A")}
+    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), ("", "A")}
     # A joined string ("salt" + "A") would put this base-model request in adapter A's namespace.
     out = engine.generate([1, 2, 3, 4], {"max_new_tokens": 1}, extra_key="saltA")
     assert out["meta_info"]["cached_tokens"] == 0
-    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), (None, "A"), "saltA"}
+    assert {n.key.extra_key for n in engine.tree_cache.nodes()} == {("salt", "A"), ("", "A"), "saltA"}
 
 
 def _half_page_run(model, unsafe: bool):

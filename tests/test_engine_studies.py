@@ -37,7 +37,7 @@ def test_dense_reference_and_logit_error(tiny):
 
 def test_adapter_demo(tiny):
     safe, unsafe = adapter_namespace_demo(tiny, list(b"a prompt served under two adapters"), 6)
-    assert safe["adapter_in_namespace"] and safe["cached_tokens"] == 0 and safe["namespaces"] == [(None, "A"), (None, "B")]
+    assert safe["adapter_in_namespace"] and safe["cached_tokens"] == 0 and safe["namespaces"] == [("", "A"), ("", "B")]
     assert safe["output_ids"] == safe["reference_ids"] and safe["logit_error"] < 1e-4
     assert unsafe["cached_tokens"] > 0 and unsafe["namespaces"] == [None]
     assert unsafe["logit_error"] > 1.0 and unsafe["output_ids"] != unsafe["reference_ids"]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
-from radixlab.radix_cache import RadixCache
+from radixlab.radix_cache import RadixCache, RadixKey
 from radixlab.request import Request, admit, extend, release
 
 PREFIXES = [(), (1, 2, 3, 4, 5, 6, 7, 8), (1, 2, 3, 4, 9, 9), (5, 5, 5, 5, 5, 5, 5, 5, 5, 5)]
@@ -378,3 +378,12 @@ def test_finish_without_insert_frees_all_own_slots():
     pool.free(b.req_pool_idx)
     assert nodes() == before
     assert cache.total_size() == 3 and cache.protected_size() == 0 and alloc.available_size() == 32 - 3
+
+
+def test_packed_prompt_follows_a_replaced_origin_input_ids():
+    from radixlab.request import Request
+
+    req = Request("r", [1, 2, 3])
+    assert req.admit_key().token_ids == (1, 2)
+    req.origin_input_ids = [7, 8, 9]  # same length, a new list: packed again
+    assert req.admit_key().token_ids == (7, 8) and req.packed_ids(3) == RadixKey([7, 8, 9]).packed

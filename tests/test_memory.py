@@ -155,3 +155,15 @@ def test_req_to_token_pool_errors_change_nothing():
         p.free(r)
     with pytest.raises(ValueError, match="max_context_len"):
         ReqToTokenPool(2, 0)
+
+
+def test_complex_indices_are_refused_with_a_clear_error():
+    from radixlab.memory import TokenToKVPoolAllocator
+
+    alloc = TokenToKVPoolAllocator(8)
+    with pytest.raises(TypeError, match="free_index"):
+        alloc.free(torch.tensor([1 + 0j]))
+    pool = ReqToTokenPool(1, 4)
+    row = pool.alloc()
+    with pytest.raises(TypeError, match="slots"):
+        pool.write(row, 0, torch.tensor([1 + 0j]))

@@ -52,12 +52,12 @@ def sg_units(key) -> list:
 
 
 def tree_rows(root, units) -> list[tuple]:
-    """Every node below the root as (namespace, path units, slots, lock_ref), sorted."""
+    """Every node below the root as (namespace, path units, slots, lock_ref, hit_count), sorted."""
     rows, stack = [], [(child, ()) for child in root.children.values()]
     while stack:
         node, path = stack.pop()
         path = path + tuple(units(node.key))
-        rows.append((repr(node.key.extra_key), path, tuple(node.value.tolist()), node.lock_ref))
+        rows.append((repr(node.key.extra_key), path, tuple(node.value.tolist()), node.lock_ref, node.hit_count))
         stack.extend((child, path) for child in node.children.values())
     return sorted(rows)
 

@@ -163,7 +163,8 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
     caches = {s.name: build(s, reqs)[0] for s in sides}
     rng = wl.rng
     total = wl.system_len + wl.turn_len
-    mid = [wl.mid_edge_hit(reqs[rng.randrange(len(reqs))]) for _ in range(2 * ops)]  # one list per form
+    # a hit that ends inside a turn needs a turn of 2 tokens or more
+    mid = [wl.mid_edge_hit(reqs[rng.randrange(len(reqs))]) for _ in range(2 * ops)] if wl.turn_len > 1 else []
     queries = {
         "full-hit match": ([fresh(reqs[rng.randrange(len(reqs))]) for _ in range(ops)], total),
         "system-prompt hit": ([wl.system_hit() for _ in range(ops)], wl.system_len),
@@ -172,6 +173,8 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
         # each form gets its own queries, so (nearly) every timed call splits an edge anew
         "mid-edge hit (split)": ([q for q, _ in mid], [n for _, n in mid]),
     }
+    if not mid:
+        del queries["mid-edge hit (split)"]
     out: dict = {"ops": {}, "agree": True, "floors": {}}
     for op, (qs_all, expect_all) in queries.items():
         for j, form in enumerate(forms):

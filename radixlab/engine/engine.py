@@ -9,7 +9,8 @@ normal event loop in the caller's thread until every prompt of the call has fini
 
 Namespaces: as in SGLang's ``Req.__init__``, the adapter is part of a request's namespace. SGLang
 appends the adapter's id to the string: ``(extra_key or "") + lora_id``. Here the namespace is the
-pair ``(extra_key, lora_path)`` (just ``extra_key`` without an adapter): adapter names are chosen by
+pair ``(extra_key or "", lora_path)`` (just ``extra_key`` without an adapter; as in SGLang, no
+``extra_key`` and ``""`` are one namespace under an adapter): adapter names are chosen by
 people, so a joined string would let ``extra_key="xA"`` without an adapter land in the namespace of
 ``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that adapter. A pair never equals
 a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid the server mints, so there only a
@@ -285,7 +286,7 @@ class Engine:
                                  f"{sp['max_new_tokens']} need {need} KV slots, the pool has max_total_tokens="
                                  f"{self.max_total_tokens} (context length {self.context_len})")
             # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string
-            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key, lora)
+            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key or "", lora)
             seed = sp.pop("sampling_seed", None)
             self._num_reqs += 1
             reqs.append(Req(rid=f"req-{self._num_reqs}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,

@@ -41,17 +41,18 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, rope_theta: float) -> None:
         super().__init__()
-        self.head_dim, self.rope_theta = head_dim, rope_theta
-        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+        exps = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+        self._inv_freq = {torch.device("cpu"): 1.0 / (rope_theta ** exps)}  # float32, computed once on the CPU
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
-        """The frequencies in float32 on ``device``. Not a buffer on purpose: ``model.to(bfloat16)``
-        would round them to 8 bits of mantissa, and at position p the angle p * f would then be off by
-        up to p * f / 256 radians (SGLang computes its cos/sin cache in float32 too:
-        ``layers/rotary_embedding/base.py``)."""
+        """The frequencies in float32 on ``device`` (the CPU's values, copied: bit-identical everywhere).
+
+        Not a buffer on purpose: ``model.to(bfloat16)`` would round them to 8 bits of mantissa, and
+        at position p the angle p * f would then be off by up to p * f / 256 radians. SGLang too
+        computes its cos/sin cache in float32 on the CPU (``layers/rotary_embedding/base.py``).
+        """
         if device not in self._inv_freq:
-            exps = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
-            self._inv_freq[device] = 1.0 / (self.rope_theta ** exps)
+            self._inv_freq[device] = self._inv_freq[torch.device("cpu")].to(device)
         return self._inv_freq[device]
 
     def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
