@@ -18,13 +18,15 @@ def test_small_run_has_every_section_and_agrees():
         assert set(ops[op]) == {"fast", "readable"}, op
     assert rec["memory"][0]["packed_key_bytes_per_token"] == 8.0
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
-    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_PACK}
+    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_PACK, bt.SKIPPED_COPY}
+    us, measured, with_copy = bt.skipped_copy(rec, base="readable")
+    assert us > 0 and with_copy > measured
     floors = bt.floor_ratios(rec, base="readable")  # SGLang's place when its wheel is cached
     assert set(floors) == {"full-hit match (key)", "full-hit match (list)", "system-prompt hit (list)",
                            "miss (list)", "insert (list)"}
     assert all(us > 0 and ratio > 0 for us, ratio in floors.values())
     text = bt.format_record(rec)
-    assert "fast/readable" in text and "Growing trees" in text and "floor, same run" in text
+    assert "fast/readable" in text and "Growing trees" in text and "same run: torch.cat" in text
 
 
 def test_mid_edge_hits_split_an_edge_and_every_side_agrees():
