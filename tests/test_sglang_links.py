@@ -20,7 +20,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 TAG = "v0.5.17"
 SRC = Path(os.environ.get("RADIXLAB_SGLANG_SRC", "/work/ext/sglang/sglang"))
 LINK = re.compile(r"\[([^\]]+)\]\((https://github\.com/sgl-project/sglang/[^)\s]*)\)")
-GOOD = re.compile(rf"https://github\.com/sgl-project/sglang/blob/{re.escape(TAG)}/python/sglang/([\w/.-]+\.py)#L(\d+)$")
+GOOD = re.compile(rf"https://github\.com/sgl-project/sglang/blob/{re.escape(TAG)}/python/sglang/([\w/.-]+\.(?:py|h|cpp))#L(\d+)$")
 # Notebooks another branch is rewriting (issue 12: 02 and 04); remove once their tables carry the tag.
 PENDING: set[str] = set()
 
