@@ -19,8 +19,6 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-import torch
-
 from ..engine.overlap import LOOPS
 from ..engine.synthetic import ToyBatch, ToyScheduler, python_work, toy_backend
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
@@ -54,16 +52,7 @@ class WaveScheduler(ToyScheduler):
             return None
         python_work(self.cpu_ms * 2 / 3 / 1e3)
         new = [r for r in active if r.scheduled == 0]
-        reqs, is_prefill = (new, True) if new else (active, False)
-        fields = {"req_pool_indices": torch.tensor([r.pool_idx for r in reqs]),
-                  "positions": torch.tensor([r.scheduled for r in reqs])}
-        if is_prefill:
-            fields["input_ids"] = torch.tensor([r.first_token for r in reqs])
-        for r in reqs:
-            r.scheduled += 1
-        batch = ToyBatch(self.step, reqs, is_prefill, fields)
-        self.step += 1
-        return batch
+        return self.make_batch(new, is_prefill=True) if new else self.make_batch(active, is_prefill=False)
 
 
 class _View:

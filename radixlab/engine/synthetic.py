@@ -122,16 +122,19 @@ class ToyScheduler:
         if self.needs_previous_tokens and self.in_flight is not None:
             self.in_flight.result()  # the CPU must see step N's tokens before it can build step N+1
         python_work(self.cpu_ms * 2 / 3 / 1e3)
-        is_prefill = active[0].scheduled == 0
+        return self.make_batch(active, is_prefill=active[0].scheduled == 0)
+
+    def make_batch(self, reqs: list[ToyRequest], is_prefill: bool) -> ToyBatch:
+        """The next batch of ``reqs``: its input fields, each request one token further."""
         fields = {
-            "req_pool_indices": torch.tensor([r.pool_idx for r in active]),
-            "positions": torch.tensor([r.scheduled for r in active]),
+            "req_pool_indices": torch.tensor([r.pool_idx for r in reqs]),
+            "positions": torch.tensor([r.scheduled for r in reqs]),
         }
         if is_prefill:
-            fields["input_ids"] = torch.tensor([r.first_token for r in active])
-        for r in active:
+            fields["input_ids"] = torch.tensor([r.first_token for r in reqs])
+        for r in reqs:
             r.scheduled += 1
-        batch = ToyBatch(self.step, active, is_prefill, fields)
+        batch = ToyBatch(self.step, reqs, is_prefill, fields)
         self.step += 1
         return batch
 
