@@ -6,7 +6,13 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
+# Linux: the CPU build from PyTorch's CPU index (PyPI's Linux torch is the multi-GB CUDA build); a
+# wheel cache with torch-2.13.0+cpu in pip's find-links works offline. Elsewhere PyPI's torch is CPU-only.
+ifeq ($(shell uname -s),Linux)
+TORCH_SPEC  ?= torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu
+else
 TORCH_SPEC  ?= torch==2.13.0
+endif
 STAMP       := $(VENV)/.radixlab-installed
 LAB_ARGS    ?=
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.

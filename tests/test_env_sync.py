@@ -47,4 +47,6 @@ def test_same_packages_and_versions():
 
 def test_torch_install_path_is_pinned_in_makefile():
     makefile = (ROOT / "Makefile").read_text()
-    assert "TORCH_SPEC  ?= torch==2.13.0" in makefile
+    assert "TORCH_SPEC  ?= torch==2.13.0\n" in makefile  # macOS, Windows: PyPI's torch is the CPU build
+    # Linux: PyPI's torch is the CUDA build; the CPU build comes from PyTorch's CPU index
+    assert "TORCH_SPEC  ?= torch==2.13.0+cpu --extra-index-url https://download.pytorch.org/whl/cpu" in makefile

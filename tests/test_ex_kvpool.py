@@ -179,6 +179,15 @@ def test_hidden_cases_need_the_blank_line():
     assert not any(o.passed for o in result.outcomes)
 
 
+def test_nan_is_never_close_enough():
+    """NaN > tolerance is False: a compare written that way passed a gather of all-NaN tensors."""
+    def nan_gather(req_to_token, k_buffer, v_buffer, req_pool_idx, seq_len):
+        shape = (seq_len, *k_buffer.shape[1:])
+        return torch.full(shape, float("nan")), torch.full(shape, float("nan"))
+    result = check_gather_kv(nan_gather, record=False)
+    assert result.outcomes and not any(o.passed for o in result.outcomes)
+
+
 def test_scenario_shares_a_prefix_in_scrambled_slots():
     s = build_scenario(4)
     a, b = s.rows["A"], s.rows["B"]

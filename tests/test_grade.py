@@ -409,6 +409,15 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
               "    patch(type(device))\n    raise NotImplementedError()"], "hands type(device) on"),
     ("08.1", ["def run_batch(device, batch, in_flight):\n    for T in [type(device)]:\n"
               "        T.synchronize = None\n    raise NotImplementedError()"], "changes T.synchronize"),
+    # attributes read without a dot: match class patterns, format fields; a course cell's reflection import
+    ("01.1", ["def match_prefix(root, tokens):\n    match root:\n        case object(__dict__=d):\n"
+              "            return d\n    return (0, None)"], "uses .__dict__"),
+    ("01.1", ["def match_prefix(root, tokens):\n    match match_prefix:\n        case object(__globals__=g):\n"
+              "            return g\n    return (0, None)"], "uses .__globals__"),
+    ("01.1", ["import string\ndef match_prefix(root, tokens):\n"
+              "    return string.Formatter().get_field('0.Radix' + 'Tree', [root], {})[0]"], ".get_field"),
+    ("01.1", ["def match_prefix(root, tokens):\n    return dict(inspect.signature(root))"],  # notebook 01 imports inspect
+     "uses inspect, imported from a reflection"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)

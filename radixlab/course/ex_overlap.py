@@ -56,22 +56,30 @@ class WaveScheduler(ToyScheduler):
 
 
 class _View:
-    """What ``run_batch`` gets instead of the real device or launch: the public methods only, each call logged
-    in ``drive``'s own list. The evidence that the loop still overlaps is that log (did ``run_batch`` wait
-    for a result or synchronize?), not the launch records, which the student's code holds and could rewrite."""
+    """What ``run_batch`` gets instead of the real device or launch: only the methods the exercise is about
+    (``allowed``), each call of a ``logged`` one noted in ``drive``'s own list. The evidence that the loop
+    still overlaps is that log (did ``run_batch`` wait for a result or synchronize?), not the launch
+    records, which the student's code could otherwise reach (``launch.record``, ``launch.backend``) and
+    rewrite. A launch the device hands back is wrapped the same way; ``drive`` unwraps what ``run_batch``
+    returns."""
 
-    def __init__(self, target: Any, log: Callable[[str], None], logged: tuple[str, ...]) -> None:
+    def __init__(self, target: Any, log: Callable[[str], None], allowed: tuple[str, ...],
+                 logged: tuple[str, ...] = (), wrap: dict[str, Callable[[Any], Any]] | None = None) -> None:
         def get(name: str) -> Any:
-            if name.startswith("_"):
-                raise AttributeError(f"{name} is private: use the public methods")
+            if name not in allowed:
+                raise AttributeError(f"run_batch may use only {', '.join(allowed)} here, not {name!r}")
             value = getattr(target, name)
-            if name in logged:
-                def call(*a: Any, **k: Any) -> Any:
+            if name not in logged and name not in (wrap or {}):
+                return value
+
+            def call(*a: Any, **k: Any) -> Any:
+                if name in logged:
                     log(name)
-                    return value(*a, **k)
-                return call
-            return value
+                out = value(*a, **k)
+                return wrap[name](out) if wrap and name in wrap else out
+            return call
         object.__setattr__(self, "_get", get)
+        object.__setattr__(self, "_target", target)
 
     def __getattr__(self, name: str) -> Any:
         return object.__getattribute__(self, "_get")(name)
@@ -80,14 +88,25 @@ class _View:
         raise AttributeError("run_batch may not change the device or the launch")
 
 
+LAUNCH_API = ("wait_inputs_read", "result", "step")
+DEVICE_API = ("write_inputs", "launch", "synchronize")
+
+
+def _unwrap(obj: Any) -> Any:
+    return object.__getattribute__(obj, "_target") if isinstance(obj, _View) else obj
+
+
 def _run(run_batch: Callable, args: dict, loop: str) -> dict:
     waits: list[int] = []  # steps whose run_batch waited for a result (or synchronized the device)
 
     def watched(device: Any, batch: Any, in_flight: Any) -> Any:
         def log(name: str) -> None:
             waits.append(batch.step)
-        view = None if in_flight is None else _View(in_flight, log, ("result",))
-        return run_batch(_View(device, log, ("synchronize",)), batch, view)
+        def launch_view(launch: Any) -> _View:
+            return _View(launch, log, LAUNCH_API, logged=("result",))
+        view = None if in_flight is None else launch_view(in_flight)
+        dev = _View(device, log, DEVICE_API, logged=("synchronize",), wrap={"launch": launch_view})
+        return _unwrap(run_batch(dev, batch, view))
 
     with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True) as be:
         kwargs = dict(num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,

@@ -34,7 +34,8 @@ SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "
                     "walk_stack", "walk_tb", "extract_stack", "format_stack", "print_stack", "currentframe",
                     "getouterframes", "getinnerframes", "attrgetter", "methodcaller", "write_text", "write_bytes",
                     "unlink", "rmtree", "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace",
-                    "setprofile", "course"}
+                    "setprofile", "course", "get_field", "get_value", "vformat", "Formatter", "getmembers",
+                    "getmembers_static", "getattr_static"}
 REFLECTION = {"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "locals", "dir"}
 """Builtins that reach attributes or namespaces by name: only ``getattr``/``hasattr`` called directly with a
 constant, ordinary attribute name pass (``getattr(x, "key", None)``); as a value (``g = getattr``,
@@ -216,20 +217,27 @@ def review(ex: Extraction, forbidden: Iterable[str]) -> list[str]:
                        for a in s.node.names
                        if (getattr(s.node, "module", None) or a.name).startswith(prefixes)} if prefixes else set()
     imported = {n for s in ex.statements if isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
+    # names a reflection module's import binds, the course's own imports included (``import inspect`` in a
+    # course cell): the student's statements may not use them
+    dynamic = {a.asname or a.name.split(".")[0] for s in ex.statements if isinstance(s.node, (ast.Import, ast.ImportFrom))
+               for a in s.node.names
+               if (getattr(s.node, "module", None) or a.name).split(".")[0] in DYNAMIC_MODULES}
     own = {n for s in ex.statements if not isinstance(s.node, (ast.Import, ast.ImportFrom)) for n in _bound_names(s.node)}
     own_defs = {s.node.name for s in ex.statements if isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     findings: list[str] = []
     for s in ex.statements:
         if s.course:
             continue
-        findings += [f"{s.where}: {f}" for f in _review_statement(s.node, forbidden, imported, own, blocked, own_defs)]
+        findings += [f"{s.where}: {f}" for f in _review_statement(s.node, forbidden, imported, own, blocked, own_defs,
+                                                                  dynamic)]
     return sorted(set(findings), key=findings.index)
 
 
 def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], own: set[str],
-                      blocked: set[str], own_defs: set[str] = frozenset()) -> list[str]:
+                      blocked: set[str], own_defs: set[str] = frozenset(), dynamic: set[str] = frozenset()) -> list[str]:
     """``forbidden`` holds names, and module prefixes ending in ``.*`` (no import from there at all);
-    ``blocked``: names the program imports from such a module (the course's imports included)."""
+    ``blocked``: names the program imports from such a module (the course's imports included);
+    ``dynamic``: names the program imports from a reflection or process module (``DYNAMIC_MODULES``)."""
     found: list[str] = []
     prefixes = tuple(f[:-2] for f in forbidden if f.endswith(".*"))
 
@@ -240,6 +248,14 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         return node
+
+    def review_attr(node: ast.AST, attr: str) -> None:
+        if attr in forbidden:
+            at(node, f"uses .{attr}, radixlab's own implementation: write your own")
+        elif attr.startswith("__") and attr.endswith("__") and attr not in ALLOWED_DUNDERS:
+            at(node, f"uses .{attr} (reflection is not allowed in a graded answer)")
+        elif attr in SUSPICIOUS_ATTRS:
+            at(node, f"uses .{attr} (reflection, files and processes are not allowed in a graded answer)")
 
     direct: set[int] = set()  # ids of Name nodes that are the callee of a reviewed direct call
     # names bound to a class taken from an object (``T = type(x)``, ``T = x.__class__``): never patchable
@@ -306,16 +322,17 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             at(node, f"uses {node.id}, radixlab's own answer: write your own")
         elif isinstance(node, ast.Name) and prefixes and node.id in blocked and node.id not in local:
             at(node, f"uses {node.id} from radixlab: this exercise is written without radixlab (write your own)")
+        elif isinstance(node, ast.Name) and node.id in dynamic and node.id not in local | own:
+            at(node, f"uses {node.id}, imported from a reflection or process module "
+                     "(not allowed in a graded answer)")
         elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id.endswith("__") \
                 and node.id not in ALLOWED_DUNDERS:
             at(node, f"uses {node.id} (reflection is not allowed in a graded answer)")
         elif isinstance(node, ast.Attribute):
-            if node.attr in forbidden:
-                at(node, f"uses .{node.attr}, radixlab's own implementation: write your own")
-            elif node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
-                at(node, f"uses .{node.attr} (reflection is not allowed in a graded answer)")
-            elif node.attr in SUSPICIOUS_ATTRS:
-                at(node, f"uses .{node.attr} (reflection, files and processes are not allowed in a graded answer)")
+            review_attr(node, node.attr)
+        elif isinstance(node, ast.MatchClass):  # ``case C(attr=x)`` reads C's attribute attr, as ``.attr`` does
+            for attr in node.kwd_attrs:
+                review_attr(node, attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in forbidden:
             at(node, f"names {node.value!r}, radixlab's own answer: write your own")
         elif isinstance(node, ast.Name) and node.id in REFLECTION and node.id not in local | own \

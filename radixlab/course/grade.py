@@ -214,6 +214,9 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
         return row
     cases = spec.cases(seed)
     args = [c.args for c in cases]
+    # The expected answers, from the grader's own radixlab, through JSON like the executor's answers;
+    # computed before any student code runs, so nothing that code does can reach them.
+    wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
     left = max(1.0, timeouts["total"] - execution["seconds"])
     run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index) for s in ex.statements], args,
                        timeouts["case"] or spec.time_limit, timeouts["define"], left,
@@ -227,8 +230,6 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
         row.update(status="error", reason="the exercise function could not be defined: "
                    + ("; ".join(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}" for e in run.errors) or run.stopped))
         return row
-    # The expected answers, from the grader's own radixlab, through JSON like the executor's answers.
-    wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
     result = outcomes_for(spec, cases, run.outcomes, wants, rubric)
     row["cases"] = [dict(o.__dict__) for o in result.outcomes]
     row["main_path"], row["boundary"] = result.part_score("main"), result.part_score("boundary")
@@ -305,6 +306,19 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
     report.update(auto_points=round(auto, 2), auto_max=auto_max, manual_max=manual_max, total_max=auto_max + manual_max,
                   pass_mark=round(rubric["pass_fraction"] * (auto_max + manual_max), 2))
     return report
+
+
+def _load_answers() -> None:
+    """Import every ``answers_*`` module before any student code runs: a file changed on disk later
+    is never executed by this process (and the fingerprint check reports the change)."""
+    import importlib
+    import pkgutil
+
+    from . import __path__ as here
+
+    for info in pkgutil.iter_modules(here):
+        if info.name.startswith("answers_"):
+            importlib.import_module(f"{__package__}.{info.name}")
 
 
 def package_fingerprint() -> str:
@@ -451,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         except UsageError as exc:
             problem = problem or str(exc)
         jobs.append((s, lesson, nb, problem))
+    _load_answers()
     reports, fingerprint, tampered = [], package_fingerprint(), ""
     for s, lesson, nb, problem in jobs:
         if tampered:
