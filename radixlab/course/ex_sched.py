@@ -120,9 +120,9 @@ def cases(seed: int = 0) -> list[GradedCase]:
         GradedCase("equal prefixes keep arrival order", call((ties, set()))),
         GradedCase("served one at a time, your order reaches LPM's hit rate", {"sim": 5 + seed}, weight=2),
         GradedCase("deprioritized requests go last, in arrival order (whatever their prefix)",
-                   call(([("x", 3), ("y", 0), ("z", 30)], {"y", "z"})), "boundary"),
+                   call(([("y", 0), ("x", 3), ("z", 30)], {"y", "z"})), "boundary"),  # neither arrival nor plain LPM order
         GradedCase("an empty queue; everything deprioritized",
-                   call(([], set()), ([("m", 9), ("k", 1)], {"m", "k"})), "boundary"),
+                   call(([], set()), ([("k", 1), ("m", 9)], {"m", "k"})), "boundary"),
         GradedCase("leaves the caller's queue alone", call(([("a", 1), ("b", 7), ("c", 3)], {"a"})), "boundary"),
         GradedCase("agrees with SGLang's sort (radixlab's sort_by_longest_prefix) on random queues",
                    {"calls": random_queues(150, seed=11 + seed)}, "boundary", weight=2),
