@@ -13,8 +13,10 @@ pair ``(extra_key or "", lora_path)`` (just ``extra_key`` without an adapter; as
 ``extra_key`` and ``""`` are one namespace under an adapter): adapter names are chosen by
 people, so a joined string would let ``extra_key="xA"`` without an adapter land in the namespace of
 ``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that adapter. A pair never equals
-a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid the server mints, so there only a
-client that sends another request's full ``extra_key + lora_id`` as its own ``extra_key`` collides.)
+a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
+time, ``uuid5`` of its name and path for one given in ``--lora-paths``, which anyone knowing both can
+compute; a client that sends another request's ``extra_key + lora_id`` as its own ``extra_key``
+shares that adapter's namespace: ``lora/lora_registry.py``.)
 
 ``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
 ``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,

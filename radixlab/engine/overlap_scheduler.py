@@ -12,7 +12,10 @@ What changes against the normal scheduler, and why (each mirrors SGLang v0.5.17)
 3. **Snapshots.** The queue keeps what a batch was at launch (requests, positions, which request
    was mid-chunk), as SGLang's ``result_queue`` keeps ``batch.copy()``: the running batch moves on.
 4. **One wasted step on EOS.** A request that stops on EOS in step N−1 was already launched in step
-   N; its step-N slot is freed and its token dropped (SGLang frees ``out_cache_loc`` the same way).
+   N; its step-N slot is freed and its token dropped. SGLang does the same: its result processor
+   skips a finished request ("all the over-allocated tokens will be freed in ``release_kv_cache``",
+   ``managers/scheduler_components/batch_result_processor.py``), and ``release_kv_cache``
+   (``mem_cache/common.py``) frees the row from ``kv_committed_len`` to ``kv_allocated_len``.
 5. **The WAR barrier.** Right after each launch (``Scheduler._apply_war_barrier``): the host waits
    until the device has read the staging buffer and snapshotted the req-to-token rows, because the
    next CPU steps write both (result processing rewrites rows in ``cache_unfinished_req``, the

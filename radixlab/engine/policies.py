@@ -21,8 +21,11 @@ The in-batch prefix check (``_compute_prefix_matches``): requests whose cached p
 tree of the *waiting queue*; if an earlier waiting request already shares >= 32 tokens with it
 (``IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD``), it is *deprioritized*: computing that shared
 prefix once and reusing it next step beats computing it twice now. SGLang applies the result in
-the LPM sort key (deprioritized requests sort last); radixlab does the same and hands the set to
-the engine, which keeps deprioritized requests out of the current prefill batch (see the engine).
+the LPM sort key only (deprioritized requests sort last, and ``PrefillAdder`` still admits them
+when there is room; under ``dfs-weight`` the set is computed and not used). radixlab sorts them
+last too, and **differs on purpose**: it hands the set to the engine, which keeps deprioritized
+requests out of the current prefill batch under both policies, so the shared prefix is computed
+once. That makes radixlab's LPM rows reuse more than SGLang's would on the same trace.
 
 Where radixlab differs from SGLang, on purpose: ``random`` takes a seeded ``random.Random``; a
 request's ``max_new_tokens`` is read from ``req.sampling_params.max_new_tokens`` or

@@ -61,7 +61,7 @@ class Req(Request):
         return self.finished_reason is not None
 
     def check_finished(self, eos_token_ids: frozenset) -> None:
-        """Set ``finished_reason`` after a token was appended (SGLang: ``Req.check_finished``)."""
+        """Set ``finished_reason`` after a token was appended (SGLang: ``Req.update_finish_state``)."""
         if len(self.output_ids) >= self.max_new_tokens:
             self.finished_reason = "length"
         elif self.output_ids and not self.ignore_eos and self.output_ids[-1] in (eos_token_ids | self.stop_token_ids):
