@@ -101,6 +101,10 @@ class ReqToTokenPool:
         if n:
             self.req_to_token[idx, start:start + n] = values.to(self.req_to_token.device)
 
+    def clear(self) -> None:
+        """Every row free again (SGLang's ``ReqToTokenPool.clear``); the rows' contents are left as they are."""
+        self.free_slots = list(range(self.size))
+
     def row(self, req_pool_idx: int, length: int) -> torch.Tensor:
         """The first ``length`` slot indices of a row (a copy)."""
         return self.req_to_token[req_pool_idx, :length].clone()

@@ -33,7 +33,7 @@ import torch
 
 from .evict_policy import EVICTION_POLICIES, _resolve_policy  # noqa: F401  (re-exported)
 from .radix_key import (ITEM, RadixKey, _as_token_tuple, common_prefix_len,  # noqa: F401  (re-exported)
-                        pack_tokens, packed_prefix_len)
+                        key_over, pack_tokens, packed_prefix_len)
 
 MATCHERS = ("fast", "readable")
 
@@ -515,7 +515,7 @@ class RadixCache:
             node = child
         prefix_len = pos >> 3
         if pos < end:  # the rest is new: one leaf with a private copy of its slot indices
-            leaf = self._new_node(_key_over(packed[pos:], ns, key.is_bigram),
+            leaf = self._new_node(key_over(packed[pos:], ns, key.is_bigram),
                                   value.narrow_copy(0, prefix_len, (end - pos) >> 3), node, priority)
             leaf.hit_count = 0 if chunked else 1
             node.children[first if ns is None else (ns, first)] = leaf
@@ -632,16 +632,6 @@ class RadixCache:
             if req.last_node is not self.root_node and req.last_node.lock_ref <= 0:
                 raise ValueError(f"req.last_node (id={req.last_node.id}) is not locked")
         return self.token_to_kv_pool_allocator, self.req_to_token_pool.req_to_token[req.req_pool_idx]
-
-
-def _key_over(packed: bytes, extra_key: Any, is_bigram: bool) -> RadixKey:
-    """``RadixKey.from_packed`` without its checks, for bytes sliced from a key that passed them."""
-    key = _new_key(RadixKey)
-    key.packed, key.extra_key, key.is_bigram, key._tokens, key._units = packed, extra_key, is_bigram, None, None
-    return key
-
-
-_new_key = object.__new__
 
 
 def _int64_tensor(packed: bytes) -> torch.Tensor:

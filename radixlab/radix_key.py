@@ -159,9 +159,7 @@ class RadixKey:
         """A key over already packed (validated) int64 bytes: no conversion, no copy."""
         if not isinstance(packed, bytes) or len(packed) % ITEM:
             raise TypeError(f"packed must be bytes holding int64 token ids (a multiple of {ITEM} bytes)")
-        key = cls.__new__(cls)
-        key.packed, key.extra_key, key.is_bigram, key._tokens, key._units = packed, extra_key, is_bigram, None, None
-        return key
+        return key_over(packed, extra_key, is_bigram, cls)
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -246,3 +244,11 @@ class RadixKey:
             raise ValueError("cannot match a bigram key against a token key")
         n = common_prefix_len(self.units, other.units)
         return n if page_size == 1 else n // page_size * page_size
+
+
+def key_over(packed: bytes, extra_key: Hashable | None, is_bigram: bool, cls: type = RadixKey) -> RadixKey:
+    """A key over packed bytes *without* checking them: for bytes sliced from a key that passed
+    ``from_packed``'s checks (the fast matcher's new leaves). No conversion, no copy."""
+    key = object.__new__(cls)
+    key.packed, key.extra_key, key.is_bigram, key._tokens, key._units = packed, extra_key, is_bigram, None, None
+    return key

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import subprocess
 import sys
 import types
@@ -29,8 +28,10 @@ REAL_MODULES = ("radix_cache", "base_prefix_cache", "cache_init_params", "events
 
 
 def cache_dir() -> Path:
-    """The model cache folder: ``$RADIXLAB_CACHE`` or ``~/.cache/radixlab``."""
-    return Path(os.environ.get("RADIXLAB_CACHE") or Path.home() / ".cache" / "radixlab").expanduser()
+    """The model cache folder (``$RADIXLAB_CACHE`` or ``~/.cache/radixlab``), shared with the SmolLM2 files."""
+    from .model.smollm2 import cache_dir as model_cache_dir
+
+    return model_cache_dir()
 
 
 def wheel_path() -> Path | None:

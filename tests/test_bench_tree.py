@@ -73,7 +73,7 @@ def test_saved_record_is_complete():
 
 
 def test_bottleneck_rate():
-    assert bt.bottleneck_rate(10.0, step_ms=10) == pytest.approx(100_000)
+    assert bt.bottleneck_rate(10.0) == pytest.approx(100_000)
     with pytest.raises(ValueError, match="tree_us_per_request"):
         bt.bottleneck_rate(0)
 

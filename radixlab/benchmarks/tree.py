@@ -397,13 +397,8 @@ def tree_memory(reqs: list[list[int]], matcher: str = "fast") -> dict:
     gc.collect()
     python_bytes = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
-    storages, tensor_bytes, key_bytes = set(), 0, 0
-    for node in cache.nodes():
-        st = node.value.untyped_storage()
-        if st.data_ptr() not in storages:
-            storages.add(st.data_ptr())
-            tensor_bytes += st.nbytes()
-        key_bytes += len(node.key.packed)
+    _, tensor_bytes = cache.index_memory()  # bytes the index tensors' storages hold (tracemalloc misses them)
+    key_bytes = sum(len(node.key.packed) for node in cache.nodes())
     tokens = cache.total_size()
     out = {"matcher": matcher, "nodes": cache.num_nodes(), "tokens": tokens,
            "python_bytes_per_token": python_bytes / tokens, "tensor_bytes_per_token": tensor_bytes / tokens,
@@ -483,17 +478,16 @@ def engine_cache_share(trace: Sequence[Any], model: Any, page_size: int = 1, max
             "by_method_ms": {k: sum(v) / 1e6 for k, v in cache_ns.items()}}
 
 
-def bottleneck_rate(tree_us_per_request: float, step_ms: float = 10.0) -> float:
-    """Requests per second at which the tree's work alone fills the CPU time of a ``step_ms`` GPU step.
+def bottleneck_rate(tree_us_per_request: float) -> float:
+    """Requests per second at which ``tree_us_per_request`` of work per request fills the scheduler's thread.
 
-    The scheduler runs on one CPU thread (the GIL): if every request costs ``tree_us_per_request``
-    of tree work, one decode step of ``step_ms`` leaves room for step_ms / cost requests; beyond
-    that rate the GPU waits for Python (unless the loop overlaps, and then only up to this rate).
+    The scheduler runs on one CPU thread (the GIL): one CPU-second per second, whatever the GPU's
+    step length (a step of s ms holds the work of s * 1000 / cost requests, s cancels). Beyond this
+    rate the GPU waits for Python (the overlap loop hides the work behind the GPU's step only up to it).
     """
     if tree_us_per_request <= 0:
         raise ValueError(f"tree_us_per_request must be positive, got {tree_us_per_request}")
-    per_step = step_ms * 1e3 / tree_us_per_request
-    return per_step / (step_ms / 1e3)
+    return 1e6 / tree_us_per_request
 
 
 # ---------------------------------------------------------------------------------------------

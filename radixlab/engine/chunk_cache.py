@@ -63,4 +63,4 @@ class ChunkCache:
 
     def cache_unfinished_req(self, req: Any, chunked: bool = False) -> None:
         """Between chunks the request keeps its own slots: they are its prefix for the next chunk."""
-        req.prefix_indices = self.req_to_token_pool.req_to_token[req.req_pool_idx, :req.seq_len].clone()
+        req.prefix_indices = self.req_to_token_pool.row(req.req_pool_idx, req.seq_len)

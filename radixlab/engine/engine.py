@@ -225,7 +225,7 @@ class Engine:
             return False  # SGLang refuses to flush while requests run
         self.tree_cache.reset()
         self.token_to_kv_pool_allocator.clear()
-        self.req_to_token_pool.free_slots = list(range(self.req_to_token_pool.size))
+        self.req_to_token_pool.clear()
         return True
 
     def shutdown(self) -> None:

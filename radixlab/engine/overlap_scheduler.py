@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -116,7 +116,6 @@ class LaunchedBatch:
     positions: list[int]  # decode: each request's position this step; extend: its new seq_len - 1
     skip: list[bool]  # the request was mid-chunk: its token means nothing
     num_new_tokens: int
-    extra: dict = field(default_factory=dict)
 
 
 class OverlapScheduler(Scheduler):
@@ -246,16 +245,19 @@ class OverlapScheduler(Scheduler):
 
     def release(self, req: Req) -> None:
         """As ``Scheduler.release``, plus the slots of steps launched after the request stopped."""
-        allocated = self._alloc_len.pop(id(req), req.seq_len)
-        page = self.token_to_kv_pool_allocator.page_size
-        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
-        # pages that start past seq_len hold only wasted steps; the first partial one goes with the tail
-        extra = [int(row[p]) for p in range(req.seq_len, allocated) if p % page == 0]
+        extra = self._wasted_pages(req, self._alloc_len.pop(id(req), req.seq_len))
         super().release(req)
         if extra:
             self.token_to_kv_pool_allocator.free(extra)
         self._seen.discard(id(req))
         self._pending.pop(id(req), None)
+
+    def _wasted_pages(self, req: Req, allocated: int) -> list[int]:
+        """First slots of the pages of ``req``'s row past ``seq_len`` up to ``allocated``: steps launched
+        after it stopped (the first partial page goes with the tail, freed by ``cache_finished_req``)."""
+        page = self.token_to_kv_pool_allocator.page_size
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        return [int(row[p]) for p in range(req.seq_len, allocated) if p % page == 0]
 
     def abort_all(self) -> None:
         """After an error: wait for the device, free slots of launched steps, then drop every request."""
@@ -263,14 +265,11 @@ class OverlapScheduler(Scheduler):
             self.backend.synchronize()
         except Exception:
             pass
-        page = self.token_to_kv_pool_allocator.page_size
         reqs = self.running_batch.reqs + self.waiting_queue + ([self.chunked_req] if self.chunked_req else []) \
             + (self.last_batch.reqs if self.last_batch is not None else [])
         for req in {id(r): r for r in reqs}.values():
-            allocated = self._alloc_len.get(id(req), req.seq_len)
-            if req.req_pool_idx is not None and allocated > req.seq_len:
-                row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
-                extra = [int(row[p]) for p in range(req.seq_len, allocated) if p % page == 0]
+            if req.req_pool_idx is not None:
+                extra = self._wasted_pages(req, self._alloc_len.get(id(req), req.seq_len))
                 if extra:
                     self.token_to_kv_pool_allocator.free(extra)
         self._alloc_len.clear()

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..request import admit
+from ..request import admit, release
 from .model_runner import GenerationBatchResult, ModelRunner
 from .schedule_batch import Req, ScheduleBatch
 from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
@@ -190,10 +190,8 @@ class Scheduler:
                 self.tree_cache.cache_unfinished_req(req)  # others may share the prompt from now on
 
     def release(self, req: Req) -> None:
-        """The request is done: the tree adopts its KV, the lock and the row go back."""
-        self.tree_cache.cache_finished_req(req)
-        self.req_to_token_pool.free(req.req_pool_idx)
-        req.req_pool_idx = None
+        """The request is done: the tree adopts its KV, the lock and the row go back (notebook 05's ``release``)."""
+        release(req, self.tree_cache)
 
     # -- the loop ---------------------------------------------------------------------------------
 

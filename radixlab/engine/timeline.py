@@ -72,13 +72,6 @@ class Timeline:
         a, b = self.window()
         return b - a
 
-    def device_busy(self) -> float:
-        """Seconds the device spent reading inputs, running forwards and copying results (union)."""
-        spans = []
-        for r in self.steps():
-            spans += [s for s in (r.read, r.dev, r.copy) if s]
-        return _union_length(spans)
-
     def device_idle_fraction(self, skip_first: int = 1) -> float:
         """Share of the window (from the device's first busy moment after ``skip_first`` steps to its
         last) in which the device did nothing: the bubbles between steps."""
