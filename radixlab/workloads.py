@@ -307,8 +307,8 @@ def as_text(trace: Sequence[TraceRequest]) -> list[tuple[str, str]]:
 
 class ReferenceTreeWorkload:
     """``num_prompts`` system prompts of ``system_len`` tokens, each followed by ``turns`` distinct
-    turns of ``turn_len`` tokens: the workload ``../shared/tools/sglang_tree_compare.py`` and
-    ``bench tree`` time both caches on (defaults: 100 x 50 = 5,000 requests of 1,200 tokens,
+    turns of ``turn_len`` tokens: the workload ``bench tree`` (and the
+    course team's shared comparison script) time both caches on (defaults: 100 x 50 = 5,000 requests of 1,200 tokens,
     5,100 nodes, 1.1 M tokens).
 
     First tokens are distinct among system prompts and among the turns of one prompt, so the tree
