@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixlab.benchmarks import tree as bt
+from radixlab.radix_key import RadixKey
 from radixlab.workloads import ReferenceTreeWorkload
 
 
@@ -18,15 +19,58 @@ def test_small_run_has_every_section_and_agrees():
         assert set(ops[op]) == {"fast", "readable"}, op
     assert rec["memory"][0]["packed_key_bytes_per_token"] == 8.0
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
-    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_PACK, bt.SKIPPED_COPY}
+    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.FLOOR_PACK,
+                                               bt.SKIPPED_COPY, bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT}
     us, measured, with_copy = bt.skipped_copy(rec, base="readable")
     assert us > 0 and with_copy > measured
     floors = bt.floor_ratios(rec, base="readable")  # SGLang's place when its wheel is cached
-    assert set(floors) == {"full-hit match (key)", "full-hit match (list)", "system-prompt hit (list)",
-                           "miss (list)", "insert (list)"}
+    assert set(floors) == {"full-hit match (key)", "full-hit match (key), C-level", "full-hit match (key), bare Python",
+                           "insert (key), C-level", "insert (key), bare Python", "full-hit match (list)",
+                           "system-prompt hit (list)", "miss (list)", "insert (list)"}
     assert all(us > 0 and ratio > 0 for us, ratio in floors.values())
+    rows = {r["op"]: r for r in bt.targets(rec, base="readable")}
+    assert set(rows) == {op for op, _, _ in bt.TARGETS}
+    for r in rows.values():
+        assert r["met"] == (r["ratio"] <= r["target"])
+    assert rows["insert (key)"]["floor"] == "insert (key), bare Python" and rows["insert (key)"]["floor_ratio"] > 0
+    sys_list = rows["system-prompt hit (list)"]
+    built = ops["system-prompt hit (key)"]["fast"]["median_us"] / ops["system-prompt hit (list)"]["readable"]["median_us"]
+    assert sys_list["floor_with_walk"] == pytest.approx(sys_list["floor_ratio"] + built)
+    assert rows["miss (key)"]["floor"] is None
+    lines = bt.format_targets(list(rows.values()))
+    assert len(lines) == len(rows) + 1 and all(("met" in x) != ("MISS" in x) for x in lines[1:])
     text = bt.format_record(rec)
     assert "fast/readable" in text and "Growing trees" in text and "same run: torch.cat" in text
+
+
+def test_floor_lanes_do_the_work_they_name_and_leave_the_tree_alone():
+    wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=3)
+    reqs = wl.requests()
+    fast = bt.build(bt.radixlab_side("fast"), reqs)[0]
+    before = fast.format()
+    lanes = {name: args for name, fn, args in bt._insert_floor_lanes(wl, fast, 5, 30)}
+    packed, edge, value = lanes[bt.FLOOR_INSERT][0]
+    tail, indices = bt._insert_c_work((packed, edge, value))
+    assert tail == packed[20 * 8:] and indices.tolist() == value[20:].tolist()
+    assert indices.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()  # a private copy
+    root, packed, value, scratch = lanes[bt.FLOOR_BARE_INSERT][0]
+    leaf = bt._bare_insert((root, packed, value, scratch))
+    assert len(leaf.key) == 10 and leaf.value.tolist() == value[20:].tolist() and leaf.parent.parent is root
+    assert list(scratch.values()) == [leaf]
+    assert fast.format() == before  # the leaf went to the lane's scratch dict, not into the tree
+    with pytest.raises(AssertionError, match="cached edge"):
+        bt._insert_c_work((b"\x01" * 8 + packed[8:], edge, value))
+    with pytest.raises(AssertionError, match="new tail"):
+        bt._bare_insert((root, RadixKey(reqs[0]).packed, value, {}))  # nothing new: not the insert the lane times
+    cached = RadixKey(reqs[0]).packed
+    hit = fast.match_prefix(reqs[0]).device_indices
+    assert bt._bare_match((root, cached)).tolist() == hit.tolist()
+    system = root.children[cached[:8]]
+    assert bt._match_c_work((cached, [(system.key.packed, 0)], [system.value])).tolist() == hit[:20].tolist()
+    with pytest.raises(AssertionError, match="full hit"):
+        bt._bare_match((root, cached[:-8] + b"\xff" * 8))
+    with pytest.raises(AssertionError, match="whole path"):
+        bt._match_c_work((cached, [(cached[8:16], 0)], [hit]))
 
 
 def test_mid_edge_hits_split_an_edge_and_every_side_agrees():

@@ -67,6 +67,24 @@ def test_every_input_form_packs_the_same(make):
     assert RadixKey(make(toks)) == RadixKey(toks)
 
 
+def test_packing_by_length_stays_exact_and_bounded(monkeypatch):
+    """The compiled packers are per length: every length packs as array('q'), and the cache is bounded."""
+    import radixlab.radix_key as rk
+
+    monkeypatch.setattr(rk, "_MAX_PACKERS", 8)
+    monkeypatch.setattr(rk, "_PACKERS", {})
+    rng = random.Random(1)
+    for _ in range(3):
+        for n in range(0, 30):
+            toks = [rng.randrange(-2**63, 2**63) for _ in range(n)]
+            assert pack_tokens(toks) == array("q", toks).tobytes()
+            assert len(rk._PACKERS) <= 8
+    with pytest.raises(TypeError, match="token_ids must hold integer token ids, got 'x'"):
+        pack_tokens([1, "x"])  # a cached packer of the right length still reports the bad id
+    with pytest.raises(ValueError, match="fit in int64"):
+        pack_tokens([1, 2**63])
+
+
 def test_range_and_empty_inputs():
     assert RadixKey(range(3)).token_ids == (0, 1, 2)
     assert len(RadixKey([])) == 0 and RadixKey([]).token_ids == ()

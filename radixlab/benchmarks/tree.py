@@ -35,8 +35,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..radix_cache import RadixCache
-from ..radix_key import ITEM, RadixKey, pack_tokens
+from ..radix_cache import RadixCache, TreeNode
+from ..radix_key import ITEM, RadixKey, key_over, pack_tokens
 from ..workloads import ReferenceTreeWorkload, fresh
 
 RECORD = Path(__file__).parent / "records" / "tree.json"
@@ -212,9 +212,14 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 args = [(s.native(q), v) for q, v in zip(new, vals)]
                 fn = (lambda c, s: lambda kv: s.insert_native(c, kv[0], kv[1]))(c, s)
             lanes.append((s.name, fn, args))
+        if form == "key" and "fast" in caches:
+            lanes += _insert_floor_lanes(wl, caches["fast"], ops, total)
         times, res = interleaved(lanes)
-        out["ops"][f"insert ({form})"] = {name: stats(t) for name, t in times.items()}
+        out["ops"][f"insert ({form})"] = {name: stats(t) for name, t in times.items() if name in caches}
+        out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
         for name, rs in res.items():
+            if name not in caches:
+                continue
             got = [r if isinstance(r, int) else r.prefix_len for r in rs]
             if any(g != wl.system_len for g in got):
                 out["agree"] = False
@@ -224,6 +229,85 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
 FLOOR_CAT = "torch.cat of a full hit's index tensors"
 FLOOR_PACK = "packing the request's token list"
 SKIPPED_COPY = "torch.cat of a one-edge hit's index tensor"
+FLOOR_MATCH = "a full hit's C-level work (compare each edge on the path, torch.cat the indices)"
+FLOOR_BARE_MATCH = "a bare Python full hit (walk the nodes, compare, torch.cat; no clock, no result object)"
+FLOOR_INSERT = "an insert's C-level work (compare the cached edge, slice the new key, copy the new indices)"
+FLOOR_BARE_INSERT = "a bare Python insert (walk the nodes, compare, make the leaf; no clock, counts or checks)"
+
+
+def _insert_c_work(args: tuple) -> tuple:
+    """What an insert of (cached edge + new tail) cannot skip in any Python tree with tensor values:
+    one compare of the whole cached edge, the new leaf's key bytes, a private copy of its indices."""
+    packed, edge, value = args
+    if not packed.startswith(edge):
+        raise AssertionError("the floor lane's query must start with the cached edge")
+    n = len(edge) >> 3
+    return packed[len(edge):], value.narrow_copy(0, n, value.numel() - n)
+
+
+def _bare_insert(args: tuple) -> TreeNode:
+    """The least a Python tree with radixlab's nodes does for that insert: follow the children by
+    their first token, compare each edge, make the leaf (key, private index copy, node) and file it
+    under its first token. No clock, hit counts, sizes, leaf set or input checks. The leaf goes
+    into ``scratch``, never into the tree, so every call walks the same tree."""
+    node, packed, value, scratch = args
+    pos, end = 0, len(packed)
+    while pos < end:
+        first = packed[pos:pos + ITEM]
+        child = node.children.get(first)
+        if child is None or not packed.startswith(child.key.packed, pos):
+            break
+        pos += len(child.key.packed)
+        node = child
+    if pos == 0 or pos == end or child is not None:
+        raise AssertionError("the floor lane's request must be a cached edge + a new tail")
+    leaf = TreeNode(0, key_over(packed[pos:], None, False), value.narrow_copy(0, pos >> 3, (end - pos) >> 3), node, 0)
+    scratch[first] = leaf
+    return leaf
+
+
+def _insert_floor_lanes(wl: ReferenceTreeWorkload, cache: RadixCache, ops: int, total: int) -> list:
+    """Two lanes timed beside the inserts (key built), each on its own new requests, the tree untouched:
+    ``FLOOR_INSERT`` (the C-level work) and ``FLOOR_BARE_INSERT``. What they make (bytes, tensors,
+    nodes) is kept, as a tree keeps what it inserts."""
+    c_work, bare, scratch = [], [], {}
+    for lane in (c_work, bare):
+        for i in range(ops):
+            packed = RadixKey(wl.new_request()).packed
+            value = torch.arange(2 * 10**9 + i * total, 2 * 10**9 + (i + 1) * total)
+            if lane is c_work:
+                lane.append((packed, cache.root_node.children[packed[:ITEM]].key.packed, value))
+            else:
+                lane.append((cache.root_node, packed, value, scratch))
+    return [(FLOOR_INSERT, _insert_c_work, c_work), (FLOOR_BARE_INSERT, _bare_insert, bare)]
+
+
+def _match_c_work(args: tuple) -> torch.Tensor:
+    """What a full hit cannot skip in any Python tree with tensor values: compare every cached edge
+    on the path with the query (each one ``memcmp``) and hand back one tensor of the path's indices."""
+    packed, edges, vals = args
+    for edge, pos in edges:
+        if not packed.startswith(edge, pos):
+            raise AssertionError("the floor lane's query must match its whole path")
+    return torch.cat(vals)
+
+
+def _bare_match(args: tuple) -> torch.Tensor:
+    """The least a Python tree with radixlab's nodes does for a full hit: follow the children by
+    their first token, compare each edge, ``torch.cat`` the path's indices. No clock, no splits,
+    no result object, no input checks; reads the tree, never writes it."""
+    node, packed = args
+    pos, end, vals = 0, len(packed), []
+    while pos < end:
+        child = node.children.get(packed[pos:pos + ITEM])
+        if child is None or not packed.startswith(child.key.packed, pos):
+            break
+        vals.append(child.value)
+        pos += len(child.key.packed)
+        node = child
+    if pos != end:
+        raise AssertionError("the floor lane's query must be a full hit")
+    return torch.cat(vals)
 
 
 def _pack_and_drop(tokens: list[int]) -> None:
@@ -246,18 +330,24 @@ def _floor_lanes(op: str, form: str, qs: list[list[int]], caches: dict, expect: 
         return [(FLOOR_PACK, _pack_and_drop, [fresh(q) for q in qs])]
     if form != "key" or op not in ("full-hit match", "system-prompt hit") or "fast" not in caches:
         return []
-    paths = []
-    for q in qs:  # the index tensors on the query's path, read without touching the tree's clock
-        node, pos, vals = caches["fast"].root_node, 0, []
-        key = RadixKey(q)
+    paths, walks = [], []
+    for i, q in enumerate(qs):  # the index tensors on the query's path, read without touching the tree's clock
+        node, pos, vals, edges = caches["fast"].root_node, 0, [], []
+        key = RadixKey(q) if i % 2 == 0 else RadixKey(fresh(q))  # the match lane gets its own query bytes
         while pos < len(key.packed) and (child := node.children.get(key.packed[pos:pos + ITEM])) is not None:
             vals.append(child.value)
+            edges.append((child.key.packed, pos))
             pos += len(child.key.packed)
             node = child
         if sum(v.numel() for v in vals) != expect:
             raise AssertionError(f"{op}: the query's path does not cover its hit: the lane would time the wrong copy")
         paths.append(vals)
-    return [(FLOOR_CAT if op == "full-hit match" else SKIPPED_COPY, torch.cat, paths)]
+        walks.append((key.packed, edges, vals))
+    if op != "full-hit match":
+        return [(SKIPPED_COPY, torch.cat, paths)]
+    root = caches["fast"].root_node
+    return [(FLOOR_CAT, torch.cat, paths), (FLOOR_MATCH, _match_c_work, walks),
+            (FLOOR_BARE_MATCH, _bare_match, [(root, RadixKey(fresh(q)).packed) for q in qs])]
 
 
 def evict_and_build(sides: list[Side], reqs: list[list[int]], reps: int) -> dict:
@@ -577,6 +667,8 @@ def format_record(rec: dict) -> str:
                      f"(= {y['torch_cat_path_ns'] / y['bytes_eq_ns']:.0f}x bytes ==); packing the {y['tokens']}-token list "
                      f"{y['pack_list_ns'] / 1e3:.1f} us")
     lines += _floor_lines(rec)
+    if "sglang" in sides and "fast" in sides:
+        lines += ["", "## Targets (fast / SGLang, this run)"] + format_targets(targets(rec))
     lines.append(f"results agree across sides: {rec['reference']['agree']}")
     lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
     cols = list(rec["compare_ns"][0])[1:]
@@ -605,20 +697,81 @@ def format_record(rec: dict) -> str:
     return "\n".join(lines)
 
 
-def floor_ratios(rec: dict, base: str = "sglang") -> dict[str, tuple[float, float]]:
-    """{op: (us, us / base's median for that op)} for the work every tree of its kind must do.
+# (label, op, floor lane, what the lane does): each floor lane read against base's whole call for op
+FLOOR_OPS = [
+    ("full-hit match (key)", "full-hit match (key)", FLOOR_CAT, "torch.cat of the result"),
+    ("full-hit match (key), C-level", "full-hit match (key)", FLOOR_MATCH, "compare each edge + torch.cat of the result"),
+    ("full-hit match (key), bare Python", "full-hit match (key)", FLOOR_BARE_MATCH,
+     "a bare Python walk: nodes, compares, torch.cat"),
+    ("insert (key), C-level", "insert (key)", FLOOR_INSERT, "compare the cached edge, slice the new key, copy the indices"),
+    ("insert (key), bare Python", "insert (key)", FLOOR_BARE_INSERT, "a bare Python insert: walk, compare, make the leaf"),
+] + [(f"{op} (list)", f"{op} (list)", FLOOR_PACK, "packing the list")
+     for op in ("full-hit match", "system-prompt hit", "miss", "insert")]
+FLOOR_TEXT = {label: text for label, _, _, text in FLOOR_OPS}
 
-    ``torch.cat`` of the hit's indices for the full hit with the key built; packing the token list
-    for every op fed a list (radixlab converts it; SGLang's ``Req`` already holds ``array('q')``).
-    Timed as separate calls in the same run: the parts of one call do not add up exactly (each
-    part's cost depends on what ran just before it: caches, the allocator), so read these as
-    estimates of a floor, next to the hot ``timeit`` figures of ``yardstick``.
+
+def floor_ratios(rec: dict, base: str = "sglang") -> dict[str, tuple[float, float]]:
+    """{label: (us, us / base's median for that op)} for the work every tree of its kind must do.
+
+    With the key built: for the full hit, ``torch.cat`` of the hit's indices, then that plus the
+    compares (C-level work), then a bare Python walk doing both; for the insert, its C-level work
+    and a bare Python insert (see ``FLOOR_OPS``). Packing the token list for every op fed a list
+    (radixlab converts it; SGLang's ``Req`` already holds ``array('q')``). Timed as separate calls in the same run: the
+    parts of one call do not add up exactly (each part's cost depends on what ran just before it:
+    caches, the allocator), so read these as estimates of a floor, next to the hot ``timeit``
+    figures of ``yardstick``.
     """
     fl, ops = rec["reference"].get("floors", {}), rec["reference"]["ops"]
-    pairs = [("full-hit match (key)", FLOOR_CAT)] + [(f"{op} (list)", FLOOR_PACK)
-                                                     for op in ("full-hit match", "system-prompt hit", "miss", "insert")]
-    return {op: (fl[f]["median_us"], fl[f]["median_us"] / ops[op][base]["median_us"])
-            for op, f in pairs if f in fl and base in ops.get(op, {})}
+    return {label: (fl[f]["median_us"], fl[f]["median_us"] / ops[op][base]["median_us"])
+            for label, op, f, _ in FLOOR_OPS if f in fl and base in ops.get(op, {})}
+
+
+# The targets radixlab set for its fast tree (ratio to SGLang's Python tree, same run, lower is better),
+# and for each the same-run floor that bounds it: work no tree of its kind can skip.
+TARGETS = [("full-hit match (key)", 0.3, "full-hit match (key), bare Python"),
+           ("system-prompt hit (key)", 0.3, None),
+           ("insert (key)", 0.3, "insert (key), bare Python"),
+           ("miss (key)", 1.0, None),
+           ("build (key)", 0.5, None),
+           ("full-hit match (list)", 1.0, "full-hit match (list)"),
+           ("system-prompt hit (list)", 1.0, "system-prompt hit (list)"),
+           ("insert (list)", 1.0, "insert (list)")]
+
+
+def targets(rec: dict, side: str = "fast", base: str = "sglang") -> list[dict]:
+    """One row per target: {op, target, ratio (side / base, same run), met, floor, floor_ratio}.
+
+    ``floor_ratio`` is the same-run work alone (``floor_ratios``) as a ratio to ``base``'s whole
+    call, where one bounds the op; ``floor_with_walk`` adds, for an op fed a list, ``side``'s own
+    call on a built key (packing, then the walk that reads the bytes: the least radixlab can do).
+    """
+    ops, floors, rows = rec["reference"]["ops"], floor_ratios(rec, base), []
+    for op, target, floor in TARGETS:
+        by = ops.get(op, {})
+        if side not in by or base not in by:
+            continue
+        ratio = by[side]["median_us"] / by[base]["median_us"]
+        row = {"op": op, "target": target, "ratio": ratio, "met": ratio <= target,
+               "floor": floor if floor in floors else None, "floor_ratio": floors[floor][1] if floor in floors else None}
+        built = ops.get(op.replace("(list)", "(key)"), {})
+        if op.endswith("(list)") and row["floor"] and side in built and base in by:
+            row["floor_with_walk"] = row["floor_ratio"] + built[side]["median_us"] / by[base]["median_us"]
+        rows.append(row)
+    return rows
+
+
+def format_targets(rows: list[dict]) -> list[str]:
+    """The targets as text lines (``bench tree`` prints them; so does notebook 11)."""
+    lines = [f"{'op':26s} {'target':>7s} {'measured':>9s}   floor in the same run (work no such tree can skip)"]
+    for r in rows:
+        floor = ""
+        if r["floor"]:
+            floor = f"{r['floor_ratio']:.2f}x: {FLOOR_TEXT[r['floor']]}"
+            if "floor_with_walk" in r:
+                floor += f"; + the walk on a built key = {r['floor_with_walk']:.2f}x"
+        lines.append(f"{r['op']:26s} {'<=' + format(r['target'], '.1f') + 'x':>7s} {r['ratio']:8.2f}x "
+                     f"{'  met' if r['met'] else ' MISS'} {floor}")
+    return lines
 
 
 def skipped_copy(rec: dict, base: str = "sglang") -> tuple[float, float, float] | None:
@@ -636,10 +789,13 @@ def _floor_lines(rec: dict) -> list[str]:
     lines = [f"same run: {name} {st['median_us']:.1f} / {st['p90_us']:.1f} us" for name, st in fl.items()]
     y, ops = rec.get("yardstick", {}), rec["reference"]["ops"]
     hot = {FLOOR_CAT: y.get("torch_cat_path_ns"), FLOOR_PACK: y.get("pack_list_ns")}
-    for op, (us, ratio) in floor_ratios(rec).items():
-        ns = hot[FLOOR_CAT if op == "full-hit match (key)" else FLOOR_PACK]
+    ratios = floor_ratios(rec)
+    for label, op, floor, _ in FLOOR_OPS:
+        if label not in ratios:
+            continue
+        ns = hot.get(floor)
         low = f"{ns / 1e3 / ops[op]['sglang']['median_us']:.2f}x (hot, timeit) to " if ns else ""
-        lines.append(f"  {op}: that work alone is {low}{ratio:.2f}x (in the run) SGLang's whole call")
+        lines.append(f"  {label}: that work alone is {low}{ratios[label][1]:.2f}x (in the run) SGLang's whole call")
     sk = skipped_copy(rec)
     if sk:
         lines.append(f"  system-prompt hit (key): SGLang's Python tree copies the edge's indices ({sk[0]:.1f} us), radixlab "
