@@ -7,7 +7,10 @@ while timing; medians and p90s, ratios from the same run. Sections:
 1. the reference workload (``workloads.ReferenceTreeWorkload``: 100 system prompts x 50 turns):
    full-hit match, system-prompt hit, miss, insert, each with the key built beforehand and from
    a plain token list (SGLang handed the ``array('q')`` its ``Req`` holds), evict-everything and
-   build time; SGLang 0.5.17's own RadixCache joins when its wheel is cached (``fetch-sglang``);
+   build time; SGLang 0.5.17's own RadixCache joins when its wheel is cached (``fetch-sglang``).
+   Floor lanes run in the same interleaved loops (``FLOOR_*``: the C-level work of a full hit and
+   of an insert, a bare Python walk and insert, packing a list), and ``targets`` reads each of
+   radixlab's targets against the floor under it;
 2. growing trees (1k -> 10k nodes by default, 100k with ``--big``): per-op cost vs tree size;
 3. the compare itself vs edge length (bytes / array('q') / tuple), and what converting a token
    list costs (the floor for a tree in C++/Rust fed Python lists);
