@@ -17,7 +17,7 @@ def test_quick_run_prints_tables_and_writes_json_and_plot(tmp_path, capsys):
     assert cli(["bench", "serve", "--quick", "--no-progress", "--json", str(js), "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     for workload in ("shared_system_prompt", "multi_turn_chat", "few_shot", "tree_of_thought", "random"):
-        for cache in ("no-cache", "hash", "radix-p1", "radix-p16", "radix-lpm"):
+        for cache in ("no-cache", "hash", "radix-p1", "radix-p16", "radix-lpm", "radix-lpm-sglang"):
             assert re.search(rf"^{workload}\s+{cache}\s+\d+\.\d%", out, re.M), (workload, cache)
     assert "same tokens from every cache: yes" in out
     assert re.search(r"^lpm\s+\d+\.\d%", out, re.M) and "targets:" in out

@@ -82,6 +82,13 @@ def test_in_batch_check_computes_a_shared_uncached_prefix_once(model):
     assert fcfs.stats.prefill_tokens == 3 * 42  # all three in one batch: the prefix three times
     assert lpm.stats.prefill_tokens == 42 + 2 + 2 and lpm.stats.held_back >= 2
     assert [o["meta_info"]["cached_tokens"] for o in out_l] == [0, 40, 40]
+    sglang, toks_s, out_s = run(model, batch, schedule_policy="lpm", max_running_requests=3,
+                                hold_back_deprioritized=False)
+    assert toks_s == toks_f  # SGLang's way: the deprioritized only sort last; with room, all three run now
+    assert sglang.stats.prefill_tokens == 3 * 42 and sglang.stats.held_back == 0
+    assert [o["meta_info"]["cached_tokens"] for o in out_s] == [0, 0, 0]
+    with pytest.raises(ValueError, match="hold_back_deprioritized must be a bool"):
+        Engine(model, schedule_policy="lpm", hold_back_deprioritized="no")
     lpm.scheduler.policy.in_batch_check = False
     lpm.flush_cache()
     lpm.stats.reset()

@@ -78,7 +78,11 @@ class Engine:
     no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
     request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
     per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
-    (``"output_logits"``; for tests and notebook 07). The engine runs on the model's device.
+    (``"output_logits"``; for tests and notebook 07). ``hold_back_deprioritized`` (cache-aware
+    policies): requests the in-batch prefix check deprioritized stay out of this prefill batch, so a
+    shared uncached prefix is computed once (radixlab's default); ``False`` does what SGLang v0.5.17
+    does: they sort last and are still admitted when the batch has room. The engine runs on the
+    model's device.
     """
 
     def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
@@ -87,7 +91,7 @@ class Engine:
                  schedule_policy: str = "fcfs", prefix_cache: str = "radix", random_seed: int = 0,
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
                  unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
-                 device_backend: str | None = None) -> None:
+                 device_backend: str | None = None, hold_back_deprioritized: bool = True) -> None:
         # 1. Validate every argument before building anything.
         if not hasattr(model, "forward") or not hasattr(model, "config"):
             raise ValueError(f"model must be a radixlab model (load_model('tiny')), got {type(model).__name__}")
@@ -106,7 +110,8 @@ class Engine:
         self.max_prefill_tokens = _check_int(max_prefill_tokens, "max_prefill_tokens", 1)
         for name, flag in (("disable_radix_cache", disable_radix_cache), ("keep_logits", keep_logits),
                            ("unsafe_ignore_lora_namespace", unsafe_ignore_lora_namespace),
-                           ("unsafe_share_partial_pages", unsafe_share_partial_pages)):
+                           ("unsafe_share_partial_pages", unsafe_share_partial_pages),
+                           ("hold_back_deprioritized", hold_back_deprioritized)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{name} must be a bool, got {flag!r}")
         if schedule_policy not in POLICIES:
@@ -143,7 +148,9 @@ class Engine:
         eos = getattr(cfg, "eos_token_id", None)
         eos_ids = frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
         self.model_runner = ModelRunner(self.model, self.req_to_token_pool, self.token_to_kv_pool, self.device)
-        self.scheduler = Scheduler(self.model_runner, self.tree_cache, _make_policy(schedule_policy, self.tree_cache, self.random_seed),
+        policy = _make_policy(schedule_policy, self.tree_cache, self.random_seed)
+        policy.hold_back = hold_back_deprioritized
+        self.scheduler = Scheduler(self.model_runner, self.tree_cache, policy,
                                    max_running_requests=self.max_running_requests,
                                    chunked_prefill_size=chunked_prefill_size,
                                    max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,

@@ -23,9 +23,11 @@ tree of the *waiting queue*; if an earlier waiting request already shares >= 32 
 prefix once and reusing it next step beats computing it twice now. SGLang applies the result in
 the LPM sort key only (deprioritized requests sort last, and ``PrefillAdder`` still admits them
 when there is room; under ``dfs-weight`` the set is computed and not used). radixlab sorts them
-last too, and **differs on purpose**: it hands the set to the engine, which keeps deprioritized
-requests out of the current prefill batch under both policies, so the shared prefix is computed
-once. That makes radixlab's LPM rows reuse more than SGLang's would on the same trace.
+last too, and by default **differs on purpose**: it hands the set to the engine, which keeps
+deprioritized requests out of the current prefill batch under both policies, so the shared prefix
+is computed once. That makes radixlab's LPM reuse more than SGLang's on the same trace when the
+batch has room for everyone. ``Engine(hold_back_deprioritized=False)`` runs SGLang's way, and
+``bench serve`` (notebook 09) shows both: ``radix-lpm`` and ``radix-lpm-sglang``.
 
 Where radixlab differs from SGLang, on purpose: ``random`` takes a seeded ``random.Random``; a
 request's ``max_new_tokens`` is read from ``req.sampling_params.max_new_tokens`` or

@@ -63,11 +63,13 @@ class OrderingPolicy(SchedulePolicy):
     """``lpm``, ``dfs-weight``, ``lof``, ``random``: the orderings of ``policies.py`` (notebook 09).
 
     ``decision`` keeps the last step's ``PolicyDecision``; ``deprioritized`` (the in-batch prefix
-    check's rids) is what the scheduler keeps out of this prefill batch. A cache that is not a
+    check's rids) sort last, and while ``hold_back`` is True (the engine's
+    ``hold_back_deprioritized``) the scheduler also keeps them out of this prefill batch. A cache that is not a
     radix tree (no cache, the hash cache) makes a cache-aware policy serve FCFS, as in SGLang.
     """
 
     in_batch_check = True
+    hold_back = True
 
     def __init__(self, tree_cache: Any, seed: int = 0) -> None:
         super().__init__(tree_cache)

@@ -116,7 +116,8 @@ class Scheduler:
         elif adder.rem_rows <= 0:
             return None  # no free row: skip the ordering (it matches every waiting request), as SGLang
         self.policy.calc_priority(self.waiting_queue)
-        held_back = getattr(self.policy, "deprioritized", ())
+        # The in-batch check's rids: out of this batch (radixlab's default), or only sorted last (SGLang).
+        held_back = getattr(self.policy, "deprioritized", ()) if getattr(self.policy, "hold_back", True) else ()
         admitted = []
         for req in self.waiting_queue:
             if self.chunked_req is not None:
