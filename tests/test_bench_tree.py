@@ -19,8 +19,12 @@ def test_small_run_has_every_section_and_agrees():
         assert set(ops[op]) == {"fast", "readable"}, op
     assert rec["memory"][0]["packed_key_bytes_per_token"] == 8.0
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
-    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.FLOOR_PACK,
-                                               bt.SKIPPED_COPY, bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT}
+    packs = {bt.pack_floor(op) for op in ("full-hit match", "system-prompt hit", "miss", "mid-edge hit (split)", "insert")}
+    assert bt.FLOOR_PACK in packs and len(packs) == 5  # each list op times its own packing, in its own loop
+    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.SKIPPED_COPY,
+                                               bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT} | packs
+    faults = rec["reference"]["faults_per_call"]
+    assert set(faults) == set(ops) - {"build (key)", "build (list)", "evict all"} and all(f >= 0 for f in faults.values())
     us, measured, with_copy = bt.skipped_copy(rec, base="readable")
     assert us > 0 and with_copy > measured
     floors = bt.floor_ratios(rec, base="readable")  # SGLang's place when its wheel is cached
@@ -155,3 +159,28 @@ def test_by_key_length_keeps_the_shape_and_checks_hits():
     assert set(rows[0]["median_us"]["full-hit match (list)"]) == {"fast", "readable"}
     with pytest.raises(ValueError, match="lengths"):
         bt.by_key_length([bt.radixlab_side("fast")], lengths=(1,))
+
+
+def test_interleaved_keeps_only_the_results_in_flight_and_checks_every_call():
+    import weakref
+
+    class Result:
+        pass
+
+    made, seen = [], []
+
+    def make(i):
+        r = Result()
+        made.append(weakref.ref(r))
+        return r
+
+    times, faults = bt.interleaved([("a", make, list(range(10))), ("b", make, list(range(10)))],
+                                   check=lambda i, res: seen.append((i, sorted(res))), keep=3, warmup=3)
+    assert len(times["a"]) == len(times["b"]) == 7 and faults >= 0  # the first 3 calls ran untimed
+    assert len(bt.interleaved([("a", make, list(range(6)))], keep=3, warmup=3)[0]["a"]) == 6  # too few to drop any
+    assert seen == [(i, ["a", "b"]) for i in range(10)]
+    assert sum(ref() is not None for ref in made) == 0  # all freed once the loop returned
+    alive = []
+    bt.interleaved([("a", make, list(range(6)))], check=lambda i, res: alive.append(sum(r() is not None for r in made)),
+                   keep=2)
+    assert alive[-1] == 2  # during the loop, only the last `keep` results of the lane stay alive
