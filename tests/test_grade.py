@@ -517,6 +517,31 @@ def test_a_submission_that_changes_radixlab_voids_the_batch(tmp_path, monkeypatc
     assert second["status"] == "not graded" and "changed while grading" in second["execution"]["stopped"]
 
 
+def test_the_fingerprint_sees_every_file_bytecode_included(tmp_path):
+    """A forged .pyc runs instead of its source in the next process: it must void the batch like a changed .py."""
+    import sys
+
+    from radixlab.course import runner
+
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    base = grade.package_fingerprint(tmp_path)
+    assert grade.package_fingerprint(tmp_path) == base
+    pyc = tmp_path / "pkg" / "__pycache__" / "mod.cpython-311.pyc"
+    pyc.write_bytes(b"forged")
+    assert grade.package_fingerprint(tmp_path) != base
+    pyc.unlink()
+    (tmp_path / "pkg" / "evil.pth").write_text("import os")
+    assert grade.package_fingerprint(tmp_path) != base
+    (tmp_path / "pkg" / "evil.pth").unlink()
+    assert grade.package_fingerprint(tmp_path) == base
+    argv = runner.executor_argv()
+    assert argv[:3] == [sys.executable, "-I", "-B"]  # isolated, and writes no bytecode into radixlab
+    before = sys.dont_write_bytecode
+    assert grade.main(["--notebooks", str(tmp_path), "x.ipynb"]) == 2  # (no lessons there: a usage error)
+    assert sys.dont_write_bytecode == before  # restored for the caller
+
+
 def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
     """Instructor edition: full automatic marks for every exercise; student edition: every one "not done"."""
     paths = []

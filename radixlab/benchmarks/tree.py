@@ -846,7 +846,7 @@ def _floor_lines(rec: dict) -> list[str]:
     for label, op, floor, _ in FLOOR_OPS:
         if label not in ratios:
             continue
-        ns = hot.get(floor)
+        ns = hot.get(FLOOR_PACK if floor.startswith(FLOOR_PACK) else floor)
         low = f"{ns / 1e3 / ops[op]['sglang']['median_us']:.2f}x (hot, timeit) to " if ns else ""
         lines.append(f"  {label}: that work alone is {low}{ratios[label][1]:.2f}x (in the run) SGLang's whole call")
     sk = skipped_copy(rec)

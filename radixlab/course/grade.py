@@ -321,14 +321,18 @@ def _load_answers() -> None:
             importlib.import_module(f"{__package__}.{info.name}")
 
 
-def package_fingerprint() -> str:
-    """A hash of radixlab's installed source files: the grader checks that no submission changed them."""
+def package_fingerprint(root: Path | None = None) -> str:
+    """A hash of every file in radixlab's installed package, bytecode caches (``__pycache__/*.pyc``)
+    included: the grader checks that no submission wrote, changed or removed one. A forged ``.pyc``
+    runs instead of its source in the next process that imports it, so it counts as much as a
+    changed ``.py``. (Executors write no bytecode, ``runner.executor_argv``; nor does the grader
+    once grading starts, ``main``.)"""
     import hashlib
 
-    root = Path(__file__).resolve().parents[1]
+    root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(root)).encode() + b"\0")
         h.update(f.read_bytes())
     return h.hexdigest()
 
@@ -433,6 +437,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    before, sys.dont_write_bytecode = sys.dont_write_bytecode, True  # what the grader imports from here on
+    try:                                                             # leaves radixlab's files as they are
+        return _grade(argv)
+    finally:
+        sys.dont_write_bytecode = before
+
+
+def _grade(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         folder = args.notebooks or default_notebooks_dir()

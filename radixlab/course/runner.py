@@ -123,6 +123,14 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
     return run
 
 
+def executor_argv() -> list[str]:
+    """The executor's command line. ``-I``: isolated (no user site, no ``PYTHON*`` variables, so a
+    ``PYTHONDONTWRITEBYTECODE`` in its environment would be ignored); ``-B``: it writes no ``.pyc``,
+    so an honest run leaves radixlab's files, bytecode caches included, exactly as they were, and
+    the grader's fingerprint (``grade.package_fingerprint``) sees any file a submission wrote."""
+    return [sys.executable, "-I", "-B", "-c", EXECUTOR]
+
+
 def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
                  statements: list[tuple[int, int]], cases: list, start: int, case_timeout: float,
                  define_timeout: float, hard_deadline: float) -> int | None:
@@ -130,10 +138,10 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
     nonce = secrets.token_hex(8)
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "RADIXLAB_DEVICE": "cpu",
-           "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+           "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     job = {"nonce": nonce, "drive": drive, "function": function, "cells": {str(k): v for k, v in cells.items()},
            "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout}
-    proc = subprocess.Popen([sys.executable, "-I", "-c", EXECUTOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(executor_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True)
     try:
         proc.stdin.write((json.dumps(job) + "\n").encode())
