@@ -36,7 +36,7 @@ _MAX_PACKERS = 4096
 def _bad_token(token_ids: Sequence, name: str) -> Exception:
     """The clear error for the first id ``struct`` refused (found by a slow scan, only on bad input)."""
     for t in token_ids:
-        if isinstance(t, bool) or not isinstance(t, Integral):
+        if not isinstance(t, Integral):  # (a bool is an int here, as to struct and array('q'): True packs as 1)
             return TypeError(f"{name} must hold integer token ids, got {t!r} ({type(t).__name__})")
         if not _INT64_MIN <= int(t) <= _INT64_MAX:
             return ValueError(f"{name} must hold token ids that fit in int64, got {t!r}")

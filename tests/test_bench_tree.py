@@ -53,19 +53,19 @@ def test_floor_lanes_do_the_work_they_name_and_leave_the_tree_alone():
     fast = bt.build(bt.radixlab_side("fast"), reqs)[0]
     before = fast.format()
     lanes = {name: args for name, fn, args in bt._insert_floor_lanes(wl, fast, 5, 30)}
-    packed, edge, value = lanes[bt.FLOOR_INSERT][0]
-    tail, indices = bt._insert_c_work((packed, edge, value))
-    assert tail == packed[20 * 8:] and indices.tolist() == value[20:].tolist()
+    packed, edge, value, kept = lanes[bt.FLOOR_INSERT][0]
+    tail, indices = bt._insert_c_work((packed, edge, value, kept))
+    assert tail == packed[20 * 8:] and indices.tolist() == value[20:].tolist() and kept == [(tail, indices)]
     assert indices.untyped_storage().data_ptr() != value.untyped_storage().data_ptr()  # a private copy
-    root, packed, value, scratch = lanes[bt.FLOOR_BARE_INSERT][0]
-    leaf = bt._bare_insert((root, packed, value, scratch))
+    root, packed, value, scratch, kept = lanes[bt.FLOOR_BARE_INSERT][0]
+    leaf = bt._bare_insert((root, packed, value, scratch, kept))
     assert len(leaf.key) == 10 and leaf.value.tolist() == value[20:].tolist() and leaf.parent.parent is root
-    assert list(scratch.values()) == [leaf]
+    assert list(scratch.values()) == [leaf] and kept[-1] is leaf  # kept for good, as a tree keeps it
     assert fast.format() == before  # the leaf went to the lane's scratch dict, not into the tree
     with pytest.raises(AssertionError, match="cached edge"):
-        bt._insert_c_work((b"\x01" * 8 + packed[8:], edge, value))
+        bt._insert_c_work((b"\x01" * 8 + packed[8:], edge, value, []))
     with pytest.raises(AssertionError, match="new tail"):
-        bt._bare_insert((root, RadixKey(reqs[0]).packed, value, {}))  # nothing new: not the insert the lane times
+        bt._bare_insert((root, RadixKey(reqs[0]).packed, value, {}, []))  # nothing new: not the insert the lane times
     cached = RadixKey(reqs[0]).packed
     hit = fast.match_prefix(reqs[0]).device_indices
     assert bt._bare_match((root, cached)).tolist() == hit.tolist()
@@ -184,3 +184,28 @@ def test_interleaved_keeps_only_the_results_in_flight_and_checks_every_call():
     bt.interleaved([("a", make, list(range(6)))], check=lambda i, res: alive.append(sum(r() is not None for r in made)),
                    keep=2)
     assert alive[-1] == 2  # during the loop, only the last `keep` results of the lane stay alive
+
+
+def test_the_agreement_check_fails_on_a_side_that_answers_wrong():
+    """op_table's inline checks: a wrong hit length, other slot indices or a wrong insert prefix each clear agree."""
+    from radixlab.radix_cache import MatchResult
+
+    wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=4)
+    reqs = wl.requests()
+    assert bt.op_table([bt.radixlab_side("fast"), bt.radixlab_side("readable")], wl, reqs, ops=6)["agree"]
+
+    def liar(name, match=None, insert=None):
+        side = bt.radixlab_side("readable")
+        side.name = name
+        if match:
+            real = side.match
+            side.match = lambda c, k: match(real(c, k))
+        if insert:
+            side.insert = lambda c, k, v: insert(c.insert(k, v))
+        return side
+
+    short = liar("short", match=lambda r: MatchResult(r.device_indices[:-1], r.last_node) if len(r) else r)
+    shifted = liar("shifted", match=lambda r: MatchResult(r.device_indices + 1, r.last_node))
+    off = liar("off", insert=lambda n: n + 1)
+    for wrong in (short, shifted, off):
+        assert not bt.op_table([bt.radixlab_side("fast"), wrong], wl, reqs, ops=6, forms=("key",))["agree"], wrong.name

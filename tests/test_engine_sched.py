@@ -87,6 +87,13 @@ def test_in_batch_check_computes_a_shared_uncached_prefix_once(model):
     assert toks_s == toks_f  # SGLang's way: the deprioritized only sort last; with room, all three run now
     assert sglang.stats.prefill_tokens == 3 * 42 and sglang.stats.held_back == 0
     assert [o["meta_info"]["cached_tokens"] for o in out_s] == [0, 0, 0]
+    # With two rows, sorting last is what makes the difference: the unrelated request takes the second
+    # row, the deprioritized one waits a batch and hits the shared prefix (FCFS would run it at once).
+    mixed = [shared + [1, 2], shared + [3, 4], list(range(200, 242))]
+    for kw, want in ((dict(schedule_policy="lpm", hold_back_deprioritized=False), [0, 40, 0]),
+                     (dict(schedule_policy="fcfs"), [0, 0, 0])):
+        _, _, out_m = run(model, mixed, max_running_requests=2, **kw)
+        assert [o["meta_info"]["cached_tokens"] for o in out_m] == want, kw
     with pytest.raises(ValueError, match="hold_back_deprioritized must be a bool"):
         Engine(model, schedule_policy="lpm", hold_back_deprioritized="no")
     lpm.scheduler.policy.in_batch_check = False

@@ -517,29 +517,64 @@ def test_a_submission_that_changes_radixlab_voids_the_batch(tmp_path, monkeypatc
     assert second["status"] == "not graded" and "changed while grading" in second["execution"]["stopped"]
 
 
-def test_the_fingerprint_sees_every_file_bytecode_included(tmp_path):
-    """A forged .pyc runs instead of its source in the next process: it must void the batch like a changed .py."""
+def test_the_fingerprint_sees_code_links_and_forged_bytecode_not_honest_bytecode(tmp_path, monkeypatch):
+    """A forged .pyc runs instead of its source in the next process: it voids the batch like a changed
+    .py. Honest bytecode (a notebook kernel importing radixlab meanwhile) and data files do not."""
+    import importlib.util
+    import py_compile
     import sys
+    from importlib._bootstrap_external import _code_to_timestamp_pyc
 
     from radixlab.course import runner
 
-    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
-    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    source = pkg / "mod.py"
+    source.write_text("x = 1\n")
     base = grade.package_fingerprint(tmp_path)
+    # honest bytecode, and a data file rewritten: no change
+    py_compile.compile(str(source), doraise=True)
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    assert pyc.exists() and grade.package_fingerprint(tmp_path) == base and grade.forged_bytecode(tmp_path) == []
+    (pkg / "record.json").write_text("{}")
     assert grade.package_fingerprint(tmp_path) == base
-    pyc = tmp_path / "pkg" / "__pycache__" / "mod.cpython-311.pyc"
-    pyc.write_bytes(b"forged")
+    # forged bytecode: the header Python checks (magic, source mtime and size), other code
+    st = source.stat()
+    pyc.write_bytes(_code_to_timestamp_pyc(compile("x = 2\n", str(source), "exec"), st.st_mtime, st.st_size))
+    assert grade.forged_bytecode(tmp_path) == [str(pyc.relative_to(tmp_path))]
     assert grade.package_fingerprint(tmp_path) != base
+    pyc.write_bytes(_code_to_timestamp_pyc(compile("x = 2\n", str(source), "exec"), st.st_mtime + 5, st.st_size))
+    assert grade.package_fingerprint(tmp_path) == base  # stale: Python recompiles instead of loading it
     pyc.unlink()
-    (tmp_path / "pkg" / "evil.pth").write_text("import os")
-    assert grade.package_fingerprint(tmp_path) != base
-    (tmp_path / "pkg" / "evil.pth").unlink()
+    # a new code file, a sourceless .pyc beside the sources, a symlinked folder
+    for make, undo in ((lambda: (pkg / "extra.py").write_text(""), lambda: (pkg / "extra.py").unlink()),
+                       (lambda: (pkg / "ghost.pyc").write_bytes(b"x"), lambda: (pkg / "ghost.pyc").unlink()),
+                       (lambda: (pkg / "sub").symlink_to(tmp_path), lambda: (pkg / "sub").unlink())):
+        make()
+        assert grade.package_fingerprint(tmp_path) != base
+        undo()
     assert grade.package_fingerprint(tmp_path) == base
+    # a file that vanishes while it is read is a change, not a crash
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(FileNotFoundError(self))
+                        if self.name == "mod.py" else real(self))
+    assert grade.package_fingerprint(tmp_path) != base
+    monkeypatch.undo()
     argv = runner.executor_argv()
     assert argv[:3] == [sys.executable, "-I", "-B"]  # isolated, and writes no bytecode into radixlab
-    before = sys.dont_write_bytecode
+    seen, before = [], sys.dont_write_bytecode
+    real_grade = grade._grade
+    monkeypatch.setattr(grade, "_grade", lambda argv: seen.append(sys.dont_write_bytecode) or real_grade(argv))
     assert grade.main(["--notebooks", str(tmp_path), "x.ipynb"]) == 2  # (no lessons there: a usage error)
-    assert sys.dont_write_bytecode == before  # restored for the caller
+    assert seen == [True] and sys.dont_write_bytecode == before  # set while grading, restored for the caller
+
+
+def test_the_grader_refuses_to_start_over_forged_bytecode(tmp_path, monkeypatch, capsys):
+    sub = tmp_path / "s.ipynb"
+    nbformat.write(blank(SPLIT), sub)
+    monkeypatch.setattr(grade, "forged_bytecode", lambda root=None: ["course/__pycache__/answers_tree.cpython-311.pyc"])
+    assert grade.main([str(sub), "--notebooks", str(NOTEBOOKS), "--lesson", "02"]) == 2
+    assert "delete radixlab's __pycache__" in capsys.readouterr().err
 
 
 def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):

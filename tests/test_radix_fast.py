@@ -79,8 +79,14 @@ def test_packing_by_length_stays_exact_and_bounded(monkeypatch):
             toks = [rng.randrange(-2**63, 2**63) for _ in range(n)]
             assert pack_tokens(toks) == array("q", toks).tobytes()
             assert len(rk._PACKERS) <= 8
+    pack_tokens([1, 2])
+    packer = rk._PACKERS[2]
+    assert pack_tokens([3, 4]) == array("q", [3, 4]).tobytes() and rk._PACKERS[2] is packer  # compiled once, reused
     with pytest.raises(TypeError, match="token_ids must hold integer token ids, got 'x'"):
-        pack_tokens([1, "x"])  # a cached packer of the right length still reports the bad id
+        pack_tokens([1, "x"])  # the cached packer of that length still reports the bad id
+    with pytest.raises(ValueError, match="fit in int64, got 18446744073709551616"):
+        pack_tokens([True, 2**64])  # a bool packs as 1 (as in array('q')): the error names the real culprit
+    assert pack_tokens([True, False]) == array("q", [1, 0]).tobytes()
     with pytest.raises(ValueError, match="fit in int64"):
         pack_tokens([1, 2**63])
 

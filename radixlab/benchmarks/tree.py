@@ -125,7 +125,8 @@ IN_FLIGHT = 64
 def interleaved(lanes: list[tuple[str, Callable, list]], check: Callable[[int, dict], None] | None = None,
                 keep: int = IN_FLIGHT, warmup: int = IN_FLIGHT) -> tuple[dict[str, list], float]:
     """Time ``fn(args[i])`` for every lane and i; lanes run A,B,C then C,B,A. Returns the times and
-    the minor page faults per timed call.
+    the minor page faults per timed call (of the whole process while the lanes run: all lanes, the
+    checks, averaged; read it as "does this loop grow the heap?", not as one lane's cost).
 
     Each lane keeps its last ``keep`` results alive and lets older ones go, as a server keeps the
     ``prefix_indices`` of the requests in flight and frees those of finished ones. Until ``keep``
@@ -141,7 +142,7 @@ def interleaved(lanes: list[tuple[str, Callable, list]], check: Callable[[int, d
     warm = warmup if n > 2 * warmup else 0
     gc.collect()
     gc.disable()
-    faults = 0
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # (taken again after the warm-up)
     try:
         for i in range(n):
             if i == warm:
@@ -274,11 +275,13 @@ FLOOR_BARE_INSERT = "a bare Python insert (walk the nodes, compare, make the lea
 def _insert_c_work(args: tuple) -> tuple:
     """What an insert of (cached edge + new tail) cannot skip in any Python tree with tensor values:
     one compare of the whole cached edge, the new leaf's key bytes, a private copy of its indices."""
-    packed, edge, value = args
+    packed, edge, value, kept = args
     if not packed.startswith(edge):
         raise AssertionError("the floor lane's query must start with the cached edge")
     n = len(edge) >> 3
-    return packed[len(edge):], value.narrow_copy(0, n, value.numel() - n)
+    made = packed[len(edge):], value.narrow_copy(0, n, value.numel() - n)
+    kept.append(made)  # kept for good, as a tree keeps what it inserts
+    return made
 
 
 def _bare_insert(args: tuple) -> TreeNode:
@@ -286,7 +289,7 @@ def _bare_insert(args: tuple) -> TreeNode:
     their first token, compare each edge, make the leaf (key, private index copy, node) and file it
     under its first token. No clock, hit counts, sizes, leaf set or input checks. The leaf goes
     into ``scratch``, never into the tree, so every call walks the same tree."""
-    node, packed, value, scratch = args
+    node, packed, value, scratch, kept = args
     pos, end = 0, len(packed)
     while pos < end:
         first = packed[pos:pos + ITEM]
@@ -298,23 +301,24 @@ def _bare_insert(args: tuple) -> TreeNode:
     if pos == 0 or pos == end or child is not None:
         raise AssertionError("the floor lane's request must be a cached edge + a new tail")
     leaf = TreeNode(0, key_over(packed[pos:], None, False), value.narrow_copy(0, pos >> 3, (end - pos) >> 3), node, 0)
-    scratch[first] = leaf
+    scratch[first] = leaf  # filed under its first token (another request's leaf may be replaced here: the
+    kept.append(leaf)      # list keeps every leaf for good, as a tree keeps what it inserts)
     return leaf
 
 
 def _insert_floor_lanes(wl: ReferenceTreeWorkload, cache: RadixCache, ops: int, total: int) -> list:
     """Two lanes timed beside the inserts (key built), each on its own new requests, the tree untouched:
     ``FLOOR_INSERT`` (the C-level work) and ``FLOOR_BARE_INSERT``. What they make (bytes, tensors,
-    nodes) is kept, as a tree keeps what it inserts."""
-    c_work, bare, scratch = [], [], {}
+    nodes) is kept for good (a list in their arguments), as a tree keeps what it inserts."""
+    c_work, bare, scratch, kept = [], [], {}, []
     for lane in (c_work, bare):
         for i in range(ops):
             packed = RadixKey(wl.new_request()).packed
             value = torch.arange(2 * 10**9 + i * total, 2 * 10**9 + (i + 1) * total)
             if lane is c_work:
-                lane.append((packed, cache.root_node.children[packed[:ITEM]].key.packed, value))
+                lane.append((packed, cache.root_node.children[packed[:ITEM]].key.packed, value, kept))
             else:
-                lane.append((cache.root_node, packed, value, scratch))
+                lane.append((cache.root_node, packed, value, scratch, kept))
     return [(FLOOR_INSERT, _insert_c_work, c_work), (FLOOR_BARE_INSERT, _bare_insert, bare)]
 
 

@@ -309,31 +309,87 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
 
 
 def _load_answers() -> None:
-    """Import every ``answers_*`` module before any student code runs: a file changed on disk later
-    is never executed by this process (and the fingerprint check reports the change)."""
+    """Import every module of radixlab (the ``answers_*`` among them) before any student code runs:
+    a file changed on disk later is never executed by this process, not even by a drive that
+    imports lazily (and the fingerprint check reports the change)."""
     import importlib
     import pkgutil
 
-    from . import __path__ as here
+    root = importlib.import_module(__package__.split(".")[0])
+    for info in pkgutil.walk_packages(root.__path__, root.__name__ + "."):
+        importlib.import_module(info.name)
 
-    for info in pkgutil.iter_modules(here):
-        if info.name.startswith("answers_"):
-            importlib.import_module(f"{__package__}.{info.name}")
+
+# Files that are data, not code: a concurrent ``bench tree --save`` may rewrite a record while grading.
+_DATA_SUFFIXES = (".json", ".png", ".svg", ".txt", ".md", ".csv")
+
+
+def forged_bytecode(root: Path | None = None) -> list[str]:
+    """The ``.pyc`` files under ``root`` that Python would load in place of their source (right
+    magic number, header matching the source) but that do not hold what the source compiles to."""
+    root = root or Path(__file__).resolve().parents[1]
+    return sorted(str(p.relative_to(root)) for p in root.rglob("__pycache__/*.pyc") if _forged_pyc(p))
+
+
+def _forged_pyc(pyc: Path) -> bool:
+    import importlib.util
+    import marshal
+
+    try:
+        source = Path(importlib.util.source_from_cache(str(pyc)))
+        data, src = pyc.read_bytes(), source.read_bytes()
+        stat = source.stat()
+    except (ValueError, NotImplementedError, OSError):  # not a name Python reads, or no source: never loaded
+        return False
+    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
+        return False  # another Python's bytecode: this one recompiles
+    flags = int.from_bytes(data[4:8], "little")
+    if flags == 0 and data[8:16] != ((int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+                                     + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")):
+        return False  # stale (the source changed since): Python recompiles instead of loading it
+    if flags & 0b10 and data[8:16] != importlib.util.source_hash(src):
+        return False  # a checked hash-based .pyc of other source: Python recompiles
+    optimize = int(pyc.name.split(".opt-")[1].split(".")[0]) if ".opt-" in pyc.name else 0
+    try:
+        return marshal.loads(data[16:]) != compile(src, str(source), "exec", dont_inherit=True, optimize=optimize)
+    except Exception:  # unreadable bytecode, or source that no longer compiles: not what it should be
+        return True
 
 
 def package_fingerprint(root: Path | None = None) -> str:
-    """A hash of every file in radixlab's installed package, bytecode caches (``__pycache__/*.pyc``)
-    included: the grader checks that no submission wrote, changed or removed one. A forged ``.pyc``
-    runs instead of its source in the next process that imports it, so it counts as much as a
-    changed ``.py``. (Executors write no bytecode, ``runner.executor_argv``; nor does the grader
-    once grading starts, ``main``.)"""
+    """A hash of radixlab's installed package: the grader checks that no submission changed it.
+
+    Every code file counts (a new, changed or removed ``.py``, a sourceless ``.pyc``, a native
+    module), every symbolic link (by its target: a linked folder is not walked into, and would
+    hide what it points to), and every ``.pyc`` that Python would load but that is not what its
+    source compiles to (``forged_bytecode``: it would run in place of the source in the next
+    process). Honest bytecode written meanwhile (a notebook kernel importing radixlab) does not
+    count; neither do data files (``_DATA_SUFFIXES``). Executors write no bytecode
+    (``runner.executor_argv``), nor does the grader once grading starts (``main``).
+    """
     import hashlib
 
     root = root or Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(root)).encode() + b"\0")
-        h.update(f.read_bytes())
+    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False
+        dirnames.sort()
+        here = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            path = here / name
+            try:
+                if path.is_symlink():
+                    entry = "link to " + os.readlink(path)
+                elif name in dirnames or path.suffix in _DATA_SUFFIXES:
+                    continue
+                elif here.name == "__pycache__":
+                    if not _forged_pyc(path):
+                        continue
+                    entry = "forged bytecode"
+                else:
+                    entry = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError as exc:  # vanished or unreadable meanwhile: a change
+                entry = f"unreadable ({type(exc).__name__})"
+            h.update(f"{path.relative_to(root)}\0{entry}\0".encode())
     return h.hexdigest()
 
 
@@ -478,6 +534,12 @@ def _grade(argv: list[str] | None) -> int:
             problem = problem or str(exc)
         jobs.append((s, lesson, nb, problem))
     _load_answers()
+    forged = forged_bytecode()
+    if forged:  # left by an earlier run: it would run in place of radixlab's source
+        print(f"error: radixlab's bytecode cache holds files that are not what their sources compile to "
+              f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
+              "and grade again", file=sys.stderr)
+        return 2
     reports, fingerprint, tampered = [], package_fingerprint(), ""
     for s, lesson, nb, problem in jobs:
         if tampered:
