@@ -25,6 +25,7 @@ Every configuration must produce the same tokens; the run says so. Writes a JSON
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -98,6 +99,7 @@ def serve_once(model: Any, trace: Sequence[TraceRequest], engine_kwargs: dict, m
     """One fresh engine, one ``generate`` of the whole trace: the metrics and the output tokens."""
     from ..engine import Engine
 
+    gc.collect()  # the garbage of earlier runs goes now, not in a collection that lands inside this run's timings
     engine = Engine(model, **engine_kwargs)
     cache_s = _instrument(engine.tree_cache)
     prompts = [list(r.prompt_ids) for r in trace]
