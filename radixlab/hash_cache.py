@@ -396,6 +396,11 @@ class HashBlockCache:
     * The request keeps its block hashes (``Req.block_hashes``, filled through ``HashedKey``): a match
       hashes only blocks it has not hashed before. ``hash_computations`` counts hashes computed.
     * A match walks forward (hash block 0, probe, block 1, probe...) and stops at the first miss.
+    * Blocks are cached when they are allocated, as vLLM's ``allocate_slots`` caches the full blocks
+      it hands out (``caches_on_alloc``: the scheduler allocates a request's slots at admission and
+      calls ``cache_at_allocation`` at once). A request admitted later in the *same* batch hits
+      them; the forward writes their KV layer by layer before any request's attention reads it.
+      (A radix cache, like SGLang's, adopts a prefill's KV only after the prefill ran.)
     * Every block a running request uses has ``lock_ref`` (vLLM's ``ref_cnt``) > 0. A block whose
       count drops to 0 joins the free queue; ``evict`` takes the queue's head first. A request's
       blocks join it last block first (vLLM frees in reverse), so a prompt's tail goes before its head.
@@ -406,6 +411,8 @@ class HashBlockCache:
     compared, as ``HashPrefixCache``); slots are handed out by radixlab's allocator, so a block is a
     run of ``block_size`` slots, not one physical block id.
     """
+
+    caches_on_alloc = True  # see the class docstring; the scheduler reads it
 
     def __init__(self, block_size: int = 16, *, token_to_kv_pool_allocator: Any = None, req_to_token_pool: Any = None,
                  device: str | torch.device = "cpu", hash_fn: Callable[[bytes], int] | None = None) -> None:
@@ -537,14 +544,17 @@ class HashBlockCache:
             block.parent = parent  # an orphan is never locked: its parent's eviction proves it
         return True
 
-    def _insert(self, key: RadixKey, slots: torch.Tensor) -> list[tuple[HashBlock, bool]]:
+    def _insert(self, key: RadixKey, slots: torch.Tensor, stop_past: int | None = None) -> list[tuple[HashBlock, bool]]:
         """Cache every full block of ``key`` (slots from ``slots``); returns the chain now cached as
-        ``(block, new)`` pairs (``new``: it took our slots). Stops at a hash collision."""
+        ``(block, new)`` pairs (``new``: it took our slots). Stops at a hash collision, and, with
+        ``stop_past``, at the first block already cached from token ``stop_past`` on."""
         bs, parent, chain = self.block_size, self.root_node, []
         for i, h in enumerate(self.block_hashes(key)):
             tokens = key.token_ids[i * bs:(i + 1) * bs]
             block = self.table.get(h)
             new = block is None
+            if not new and stop_past is not None and i * bs >= stop_past:
+                break
             if new:
                 block = HashBlock(h, tokens, key.extra_key, parent, slots[i * bs:(i + 1) * bs].clone(), self._next_id)
                 self._next_id += 1
@@ -603,6 +613,25 @@ class HashBlockCache:
         req.last_node = chain[-1] if chain else self.root_node
         req.cache_protected_len = new_len
         req.prefix_indices = torch.cat([values, row[new_len:req.seq_len]])
+
+    def cache_at_allocation(self, req: Any) -> None:
+        """vLLM's ``allocate_slots``: the full blocks a request is about to compute join the table now,
+        with the slots just allocated for them, locked by the request (the scheduler calls this at
+        admission: ``Scheduler._alloc_at_admission``). Their KV is written by the coming forward. A
+        block another request already cached past our locked prefix (an identical block computed in
+        this same batch) ends the run: we compute our own copy anyway, and ``cache_unfinished_req``
+        frees it after the forward, when nobody writes it any more."""
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        chain = [b for b, _ in self._insert(req.radix_key(req.fill_ids), row[:req.seq_len], req.cache_protected_len)]
+        new_len = len(chain) * self.block_size
+        if new_len <= req.cache_protected_len:
+            return
+        self.inc_lock_ref(chain[-1])
+        if req.last_node is not None and req.last_node is not self.root_node:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = chain[-1]
+        req.cache_protected_len = new_len  # the row already holds these blocks' slots: they are ours
+        req.prefix_indices = row[:req.seq_len].clone()
 
     def check_invariants(self) -> None:
         """Counts agree: a block is in the free queue iff nobody locks it; locks never grow downwards."""

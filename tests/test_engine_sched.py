@@ -203,3 +203,60 @@ def test_an_evicted_parent_re_links_its_orphan_child():
     assert len(cache.table) == 2 and len(cache.match_prefix(seq)) == 8  # the orphan is reused
     cache.check_invariants()
     slots_accounted(cache, alloc)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_hash_cache_shares_blocks_within_a_batch_as_vllm_does(model, overlap):
+    """vLLM caches full blocks when it allocates them: a request later in the same batch hits them (their
+    KV is written in the same forward before attention reads it). SGLang's radix cache adopts a prefill's
+    KV after it ran: there the second request computes the shared prefix too."""
+    shared = list(range(10, 50))  # 40 tokens, nothing cached yet: two full blocks of 16, and 8 more
+    batch = [shared + [1, 2], shared + [3, 4]]
+    kw = dict(max_running_requests=2, disable_overlap_schedule=not overlap)
+    _, want, _ = run(model, batch, disable_radix_cache=True, **kw)
+    hashed, got, out = run(model, batch, prefix_cache="hash", **kw)
+    assert got == want  # the second request's attention read KV written in the same forward
+    assert [o["meta_info"]["cached_tokens"] for o in out] == [0, 32]
+    assert hashed.stats.prefill_tokens == 42 + 10 and hashed.stats.extend_batches == 1
+    radix, got_r, out_r = run(model, batch, **kw)
+    assert got_r == want and [o["meta_info"]["cached_tokens"] for o in out_r] == [0, 0]
+    assert radix.stats.prefill_tokens == 2 * 42
+
+
+def test_hash_cache_chunked_prefill_caches_each_chunk_at_allocation(model):
+    shared = list(range(10, 74))  # 64 tokens: four blocks
+    batch = [shared + [1, 2], shared + [3, 4]]
+    _, want, _ = run(model, batch, disable_radix_cache=True, max_running_requests=2)
+    eng, got, out = run(model, batch, prefix_cache="hash", max_running_requests=2, chunked_prefill_size=32)
+    assert got == want
+    assert out[1]["meta_info"]["cached_tokens"] >= 32  # what the first request's chunks had cached by then
+
+
+def test_an_error_mid_run_drops_blocks_cached_before_they_were_computed(model, monkeypatch):
+    """Blocks cached at allocation hold KV only once the forward ran: after an error the cache is emptied."""
+    engine = Engine(model, max_total_tokens=160, max_running_requests=2, prefix_cache="hash")
+    real = engine.model_runner.forward
+
+    def broken(batch):
+        raise RuntimeError("device lost")
+    monkeypatch.setattr(engine.model_runner, "forward", broken)
+    prompt = list(range(10, 60))
+    with pytest.raises(RuntimeError, match="device lost"):
+        engine.generate([prompt], {"max_new_tokens": 2})
+    assert engine.tree_cache.total_size() == 0  # the block registered at admission went with the error
+    assert engine.token_to_kv_pool_allocator.available_size() == engine.token_to_kv_pool_allocator.size
+    monkeypatch.setattr(engine.model_runner, "forward", real)
+    out = engine.generate([prompt], {"max_new_tokens": 2})
+    assert out[0]["meta_info"]["cached_tokens"] == 0
+
+
+def test_hash_cache_identical_prompts_in_one_batch_keep_their_own_slots_until_computed(model):
+    """Two identical prompts of whole blocks: the block holding the last token cannot be a hit (its
+    logits are computed), so both compute it; the second's copy is freed only after the forward."""
+    prompt = list(range(10, 42))  # exactly two blocks
+    batch = [prompt, list(prompt), list(range(100, 140))]
+    _, want, _ = run(model, batch, disable_radix_cache=True, max_running_requests=3)
+    for overlap in (False, True):
+        eng, got, out = run(model, batch, prefix_cache="hash", max_running_requests=3,
+                            disable_overlap_schedule=not overlap)
+        assert got == want and [o["meta_info"]["cached_tokens"] for o in out] == [0, 16, 0]

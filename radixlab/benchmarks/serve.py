@@ -5,7 +5,8 @@ workload of ``radixlab.workloads`` runs through one ``Engine`` per configuration
 capacity (``--kv-tokens``) and in the same process, so the ratios are fair:
 
 * ``no-cache``: ``disable_radix_cache=True`` (SGLang's ``ChunkCache``), the baseline of every ratio;
-* ``hash``: ``prefix_cache="hash"``, vLLM's block-hash cache (blocks of 16, hashes kept on the request);
+* ``hash``: ``prefix_cache="hash"``, vLLM's block-hash cache (blocks of 16, hashes kept on the request,
+  blocks cached when allocated, so requests of one batch share them);
 * ``radix-p1`` / ``radix-p16``: the radix cache with pages of 1 and 16 tokens;
 * ``radix-lpm``: pages of 1 with SGLang's longest-prefix-match policy and its in-batch prefix check
   (the SGLang paper's setting; v0.5.17's default policy is FCFS, vLLM's is FCFS), radixlab's way:

@@ -44,6 +44,9 @@ class Req(Request):
     output_logits: list = field(default_factory=list)  # per output token, when the engine keeps them
     generator: torch.Generator | None = None
     block_hashes: list = field(default_factory=list)  # full-block chain hashes, kept as vLLM does (hash cache)
+    # (prefix length, slots) when the scheduler allocated this step's slots at admission (a cache that
+    # caches on allocation, as vLLM's does: ``Scheduler._alloc_at_admission``); prepare_for_extend uses them
+    preallocated: tuple | None = field(default=None, repr=False)
 
     def radix_key(self, tokens: Any = None) -> HashedKey:
         """The request's key; it carries ``block_hashes`` so a hash cache hashes each block once."""
@@ -66,6 +69,21 @@ class Req(Request):
             self.finished_reason = "length"
         elif self.output_ids and not self.ignore_eos and self.output_ids[-1] in (eos_token_ids | self.stop_token_ids):
             self.finished_reason = "stop"
+
+
+def alloc_slots(req: Req, tree_cache: Any, num_tokens: int) -> tuple[torch.Tensor, int]:
+    """Slots for ``req``'s next ``num_tokens`` tokens, written into its row, evicting from the cache
+    when the pool is short (SGLang: ``evict_from_tree_cache``); returns (slots, tokens evicted)."""
+    allocator = tree_cache.token_to_kv_pool_allocator
+    page, start, evicted = allocator.page_size, req.seq_len, 0
+    room = min((-start) % page, num_tokens)  # free slots left in the request's last page
+    need = -(-(num_tokens - room) // page) * page
+    if need > allocator.available_size():
+        evicted = tree_cache.evict(need - allocator.available_size())
+    if not extend(req, tree_cache, num_tokens):
+        raise RuntimeError(f"KV pool exhausted while allocating {num_tokens} slots for request {req.rid!r}: "
+                           "the admission budget should have prevented this (a bug)")
+    return tree_cache.req_to_token_pool.req_to_token[req.req_pool_idx, start:start + num_tokens], evicted
 
 
 class ScheduleBatch:
@@ -91,23 +109,20 @@ class ScheduleBatch:
 
     def _alloc(self, req: Req, num_tokens: int) -> torch.Tensor:
         """Slots for ``req``'s next ``num_tokens`` tokens, written into its row; evicts when short."""
-        allocator, page = self.token_to_kv_pool_allocator, self.token_to_kv_pool_allocator.page_size
-        start = req.seq_len
-        room = min((-start) % page, num_tokens)  # free slots left in the request's last page
-        need = -(-(num_tokens - room) // page) * page
-        if need > allocator.available_size():  # SGLang: evict_from_tree_cache
-            self.evicted_tokens += self.tree_cache.evict(need - allocator.available_size())
-        if not extend(req, self.tree_cache, num_tokens):
-            raise RuntimeError(f"KV pool exhausted while allocating {num_tokens} slots for request {req.rid!r}: "
-                               "the admission budget should have prevented this (a bug)")
-        return self.req_to_token_pool.req_to_token[req.req_pool_idx, start:start + num_tokens]
+        slots, evicted = alloc_slots(req, self.tree_cache, num_tokens)
+        self.evicted_tokens += evicted
+        return slots
 
     def prepare_for_extend(self) -> None:
-        """Prefill step: each request runs its next ``extend_input_len`` prompt tokens."""
+        """Prefill step: each request runs its next ``extend_input_len`` prompt tokens (slots allocated
+        here, or already at admission: ``Req.preallocated``)."""
         self.forward_mode = ForwardMode.EXTEND
-        self.prefix_lens = [r.seq_len for r in self.reqs]
-        self.new_token_ids = [r.origin_input_ids[r.seq_len:r.seq_len + r.extend_input_len] for r in self.reqs]
-        locs = [self._alloc(r, r.extend_input_len) for r in self.reqs]
+        pre = [r.preallocated for r in self.reqs]
+        self.prefix_lens = [p[0] if p else r.seq_len for r, p in zip(self.reqs, pre)]
+        self.new_token_ids = [r.origin_input_ids[n:n + r.extend_input_len] for r, n in zip(self.reqs, self.prefix_lens)]
+        locs = [p[1] if p else self._alloc(r, r.extend_input_len) for r, p in zip(self.reqs, pre)]
+        for r in self.reqs:
+            r.preallocated = None
         self.out_cache_loc = torch.cat(locs) if locs else self.out_cache_loc
 
     def prepare_for_decode(self) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 
 from ..request import admit, release
 from .model_runner import GenerationBatchResult, ModelRunner
-from .schedule_batch import Req, ScheduleBatch
-from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
+from .schedule_batch import Req, ScheduleBatch, alloc_slots
+from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy, ceil_page
 
 
 @dataclass
@@ -64,6 +64,7 @@ class Scheduler:
         self.waiting_queue: list[Req] = []
         self.running_batch = ScheduleBatch([], tree_cache)
         self.chunked_req: Req | None = None  # the request in the middle of a chunked prefill
+        self._evicted_at_admission = 0
         self.last_batch: ScheduleBatch | None = None
         self.stats = SchedulerStats()
 
@@ -112,7 +113,10 @@ class Scheduler:
                              self.max_prefill_tokens, self.chunked_prefill_size,
                              min(self.max_running_requests - len(in_flight), self.req_to_token_pool.available_size()))
         if self.chunked_req is not None:
-            self.chunked_req = adder.add_chunked_req(self.chunked_req)
+            req = self.chunked_req
+            self.chunked_req = adder.add_chunked_req(req)
+            if adder.can_run_list and adder.can_run_list[-1] is req:
+                self._alloc_at_admission(req, adder)
         elif adder.rem_rows <= 0:
             return None  # no free row: skip the ordering (it matches every waiting request), as SGLang
         self.policy.calc_priority(self.waiting_queue)
@@ -136,6 +140,7 @@ class Scheduler:
             admit(req, self.tree_cache)
             req.cached_tokens = req.cache_protected_len
             admitted.append(req)
+            self._alloc_at_admission(req, adder)
             if adder.new_chunked_req is req:
                 self.chunked_req = req
                 break
@@ -144,9 +149,26 @@ class Scheduler:
         self.waiting_queue = [r for r in self.waiting_queue if r not in admitted]
         batch = ScheduleBatch(adder.can_run_list, self.tree_cache)
         batch.prepare_for_extend()
-        self.stats.evicted_tokens += batch.evicted_tokens
+        self.stats.evicted_tokens += batch.evicted_tokens + self._evicted_at_admission
+        self._evicted_at_admission = 0
         self.stats.cached_tokens += sum(r.cached_tokens for r in admitted)
         return batch
+
+    def _alloc_at_admission(self, req: Req, adder: PrefillAdder) -> None:
+        """For a cache that caches on allocation (vLLM's, ``HashBlockCache.caches_on_alloc``): the
+        request's slots for this step now, and its full blocks into the cache at once, as vLLM's
+        ``allocate_slots`` does. A request admitted after it in the same batch then hits those blocks:
+        their KV is written in the same forward, layer by layer, before any request's attention reads
+        it. A radix cache (SGLang) adopts a prefill's KV only after it ran: nothing happens here."""
+        if not getattr(self.tree_cache, "caches_on_alloc", False) or req.extend_input_len <= 0:
+            return
+        prefix = req.seq_len
+        slots, evicted = alloc_slots(req, self.tree_cache, req.extend_input_len)
+        req.preallocated = (prefix, slots)
+        self._evicted_at_admission += evicted
+        # The adder counted these slots as still to allocate; now they are allocated (not free).
+        adder.rem_total_token_offset -= ceil_page(req.seq_len, self.page_size) - ceil_page(prefix, self.page_size)
+        self.tree_cache.cache_at_allocation(req)
 
     def _unlocked_on_path(self, node: Any) -> int:
         """Evictable tokens between ``node`` and the root: locking ``node`` would protect them."""
@@ -217,5 +239,11 @@ class Scheduler:
                 self.req_to_token_pool.free(req.req_pool_idx)
                 req.req_pool_idx = None
             req.finished_reason = req.finished_reason or "abort"
+            req.preallocated = None
         self.waiting_queue, self.chunked_req, self.last_batch = [], None, None
         self.running_batch = ScheduleBatch([], self.tree_cache)
+        if getattr(self.tree_cache, "caches_on_alloc", False):
+            # Blocks cached at allocation may never have been computed: drop the whole cache.
+            self.tree_cache.reset()
+            self.token_to_kv_pool_allocator.clear()
+            self.req_to_token_pool.clear()
