@@ -3,6 +3,8 @@ the in-batch prefix check; the LPM fallback; the hash cache inside the engine (v
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -224,12 +226,63 @@ def test_hash_cache_shares_blocks_within_a_batch_as_vllm_does(model, overlap):
 
 
 def test_hash_cache_chunked_prefill_caches_each_chunk_at_allocation(model):
+    """The last chunk of the first request and the second request run in one batch: the block that
+    chunk completes is cached at its allocation, so the second request hits it too (64, not 48)."""
     shared = list(range(10, 74))  # 64 tokens: four blocks
-    batch = [shared + [1, 2], shared + [3, 4]]
+    batch = [shared + [1, 2, 3, 4], shared + [5, 6, 7, 8]]
     _, want, _ = run(model, batch, disable_radix_cache=True, max_running_requests=2)
-    eng, got, out = run(model, batch, prefix_cache="hash", max_running_requests=2, chunked_prefill_size=32)
-    assert got == want
-    assert out[1]["meta_info"]["cached_tokens"] >= 32  # what the first request's chunks had cached by then
+    for overlap in (False, True):
+        eng, got, out = run(model, batch, prefix_cache="hash", max_running_requests=2, chunked_prefill_size=48,
+                            disable_overlap_schedule=not overlap)
+        assert got == want and [o["meta_info"]["cached_tokens"] for o in out] == [0, 64]
+
+
+def test_hash_cache_admission_counts_slots_allocated_at_admission_once(model):
+    """Slots taken at admission leave the adder's budget once: four 32-slot requests in a 96-slot pool run
+    three then one (not fewer per batch: counted twice; not a pool exhausted mid-batch: not counted)."""
+    prompts = [list(range(s, s + 30)) for s in (10, 50, 90, 130)]
+    engine = Engine(model, prefix_cache="hash", max_total_tokens=96, max_running_requests=4)
+    engine.generate(prompts, {"max_new_tokens": 2})
+    assert engine.stats.extend_batches == 2
+
+
+def test_hash_cache_random_workloads_match_no_cache_and_leak_nothing(model):
+    """Shared, identical and whole-block prompts, pages, chunks, tight pools, both loops: same tokens as
+    no cache, every slot the cache's or free, no slot written twice in one forward."""
+    rng = random.Random(7)
+    for _ in range(25):
+        page = rng.choice([1, 2, 4, 8, 16])
+        base = [rng.randrange(256) for _ in range(64)]
+        prompts = []
+        for _ in range(rng.randint(2, 7)):
+            kind = rng.random()
+            if kind < 0.4:
+                p = base[:rng.choice([16, 32, 48, 64, 17, 33, 20])]
+            elif kind < 0.7:
+                p = base[:rng.choice([16, 32, 48])] + [rng.randrange(256) for _ in range(rng.choice([1, 16, 7]))]
+            else:
+                p = [rng.randrange(256) for _ in range(rng.randint(1, 40))]
+            prompts.append(p)
+        chunk = rng.choice([None, 16, 32])
+        kw = dict(page_size=page, max_total_tokens=rng.choice([96, 128, 256]), max_running_requests=rng.choice([2, 3, 4]),
+                  chunked_prefill_size=chunk if chunk is None or chunk % page == 0 else None,
+                  schedule_policy=rng.choice(["fcfs", "lpm"]), disable_overlap_schedule=rng.random() < 0.6)
+        ref = Engine(model, page_size=page, max_total_tokens=512, max_running_requests=8, disable_radix_cache=True)
+        want = [o["output_ids"] for o in ref.generate(prompts, {"max_new_tokens": 2})]
+        engine = Engine(model, prefix_cache="hash", **kw)
+        if kw["disable_overlap_schedule"]:
+            real = engine.model_runner.forward
+
+            def once_each(batch, real=real):
+                loc = batch.out_cache_loc.tolist()
+                assert len(set(loc)) == len(loc), "a slot written twice in one forward"
+                return real(batch)
+            engine.model_runner.forward = once_each
+        for _ in range(2):  # the second time, much of it is cached
+            assert [o["output_ids"] for o in engine.generate(prompts, {"max_new_tokens": 2})] == want, kw
+            alloc = engine.token_to_kv_pool_allocator
+            assert alloc.size - alloc.available_size() == engine.tree_cache.total_size(), kw
+            engine.tree_cache.check_invariants()
 
 
 def test_an_error_mid_run_drops_blocks_cached_before_they_were_computed(model, monkeypatch):

@@ -265,7 +265,7 @@ class OverlapScheduler(Scheduler):
             self.backend.synchronize()
         except Exception:
             pass
-        reqs = self.running_batch.reqs + self.waiting_queue + ([self.chunked_req] if self.chunked_req else []) \
+        reqs = self.running_batch.reqs + self.waiting_queue + self._admitting + ([self.chunked_req] if self.chunked_req else []) \
             + (self.last_batch.reqs if self.last_batch is not None else [])
         for req in {id(r): r for r in reqs}.values():
             if req.req_pool_idx is not None:

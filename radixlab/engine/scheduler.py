@@ -65,6 +65,7 @@ class Scheduler:
         self.running_batch = ScheduleBatch([], tree_cache)
         self.chunked_req: Req | None = None  # the request in the middle of a chunked prefill
         self._evicted_at_admission = 0
+        self._admitting: list[Req] = []  # the prefill batch being built (abort_all must see it too)
         self.last_batch: ScheduleBatch | None = None
         self.stats = SchedulerStats()
 
@@ -112,6 +113,7 @@ class Scheduler:
         adder = PrefillAdder(self.tree_cache, self.token_to_kv_pool_allocator, in_flight, self.page_size,
                              self.max_prefill_tokens, self.chunked_prefill_size,
                              min(self.max_running_requests - len(in_flight), self.req_to_token_pool.available_size()))
+        self._admitting = adder.can_run_list  # until the batch is built, these are in no other list
         if self.chunked_req is not None:
             req = self.chunked_req
             self.chunked_req = adder.add_chunked_req(req)
@@ -145,12 +147,13 @@ class Scheduler:
                 self.chunked_req = req
                 break
         if not adder.can_run_list:
+            self._admitting = []
             return None
         self.waiting_queue = [r for r in self.waiting_queue if r not in admitted]
         batch = ScheduleBatch(adder.can_run_list, self.tree_cache)
         batch.prepare_for_extend()
         self.stats.evicted_tokens += batch.evicted_tokens + self._evicted_at_admission
-        self._evicted_at_admission = 0
+        self._evicted_at_admission, self._admitting = 0, []
         self.stats.cached_tokens += sum(r.cached_tokens for r in admitted)
         return batch
 
@@ -230,7 +233,7 @@ class Scheduler:
 
     def abort_all(self) -> None:
         """Drop every request (after an error mid-run): KV goes back, no lock or row stays taken."""
-        live = {id(r): r for r in self.running_batch.reqs + self.waiting_queue
+        live = {id(r): r for r in self.running_batch.reqs + self.waiting_queue + self._admitting
                 + ([self.chunked_req] if self.chunked_req else [])
                 + (self.last_batch.reqs if self.last_batch is not None else [])}
         for req in live.values():
@@ -240,7 +243,8 @@ class Scheduler:
                 req.req_pool_idx = None
             req.finished_reason = req.finished_reason or "abort"
             req.preallocated = None
-        self.waiting_queue, self.chunked_req, self.last_batch = [], None, None
+        self.waiting_queue, self.chunked_req, self.last_batch, self._admitting = [], None, None, []
+        self._evicted_at_admission = 0
         self.running_batch = ScheduleBatch([], self.tree_cache)
         if getattr(self.tree_cache, "caches_on_alloc", False):
             # Blocks cached at allocation may never have been computed: drop the whole cache.
