@@ -11,8 +11,10 @@ an overlap loop can later run them out of step:
    so later requests can share it.
 
 Admission (in ``get_new_batch_prefill``): ``match_prefix`` → budget check (``PrefillAdder``) →
-``admit`` (lock + row). A request that does not fit yet waits in the queue; every admitted request
-has all the KV it can ever need reserved, so nothing fails mid-run (no retraction needed).
+``admit`` (lock + row); for a cache that caches blocks when they are allocated (vLLM's hash cache),
+also the step's slots at once (``_alloc_at_admission``), so the next request of the batch can hit
+them. A request that does not fit yet waits in the queue; every admitted request has all the KV it
+can ever need reserved, so nothing fails mid-run (no retraction needed).
 """
 
 from __future__ import annotations
