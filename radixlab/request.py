@@ -131,12 +131,14 @@ def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], Non
     return req.cache_protected_len
 
 
-def extend(req: Request, cache: RadixCache, num_tokens: int | None = None) -> bool:
+def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
+           on_evict: Callable[[int], None] | None = None) -> bool:
     """Allocate and write slots for the next ``num_tokens`` tokens (default: the rest of the prompt).
 
     The token ids come from ``origin_input_ids + output_ids`` (append to ``output_ids`` first to
-    decode). If the allocator is short, the cache evicts just enough unlocked leaves; if it is
-    still short, returns False and nothing changed.
+    decode). If the allocator is short, the cache evicts just enough unlocked leaves
+    (``on_evict(tokens evicted)`` is called then); if it is still short, returns False and the
+    request is unchanged.
     """
     req_to_token_pool, allocator = _pools(cache)
     if req.req_pool_idx is None:
@@ -155,7 +157,9 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None) -> bo
     if slots is None:  # the pool is short: evict unlocked leaves (SGLang: evict_from_tree_cache)
         room = min((-start) % allocator.page_size, num_tokens)
         need = -(-(num_tokens - room) // allocator.page_size) * allocator.page_size
-        cache.evict(need - allocator.available_size())
+        evicted = cache.evict(need - allocator.available_size())
+        if on_evict is not None:
+            on_evict(evicted)
         slots = allocator.alloc_extend(start, last_loc, num_tokens)
         if slots is None:
             return False

@@ -74,16 +74,11 @@ class Req(Request):
 def alloc_slots(req: Req, tree_cache: Any, num_tokens: int) -> tuple[torch.Tensor, int]:
     """Slots for ``req``'s next ``num_tokens`` tokens, written into its row, evicting from the cache
     when the pool is short (SGLang: ``evict_from_tree_cache``); returns (slots, tokens evicted)."""
-    allocator = tree_cache.token_to_kv_pool_allocator
-    page, start, evicted = allocator.page_size, req.seq_len, 0
-    room = min((-start) % page, num_tokens)  # free slots left in the request's last page
-    need = -(-(num_tokens - room) // page) * page
-    if need > allocator.available_size():
-        evicted = tree_cache.evict(need - allocator.available_size())
-    if not extend(req, tree_cache, num_tokens):
+    start, evicted = req.seq_len, []
+    if not extend(req, tree_cache, num_tokens, on_evict=evicted.append):
         raise RuntimeError(f"KV pool exhausted while allocating {num_tokens} slots for request {req.rid!r}: "
                            "the admission budget should have prevented this (a bug)")
-    return tree_cache.req_to_token_pool.req_to_token[req.req_pool_idx, start:start + num_tokens], evicted
+    return tree_cache.req_to_token_pool.req_to_token[req.req_pool_idx, start:start + num_tokens], sum(evicted)
 
 
 class ScheduleBatch:
