@@ -41,6 +41,12 @@ def test_small_run_has_every_section_and_agrees():
     built = ops["system-prompt hit (key)"]["fast"]["median_us"] / ops["system-prompt hit (list)"]["readable"]["median_us"]
     assert sys_list["floor_with_walk"] == pytest.approx(sys_list["floor_ratio"] + built)
     assert rows["miss (key)"]["floor"] is None
+    wall = {"op": "x", "target": 0.3, "ratio": 0.4, "met": False, "floor": "f", "floor_ratio": 0.35}
+    room = dict(wall, floor_ratio=0.25)
+    listed = dict(wall, floor_ratio=0.1, floor_with_walk=0.32)
+    verdicts = bt.target_verdicts([wall, room, listed, dict(wall, met=True), dict(wall, floor_ratio=None)])
+    assert len(verdicts) == 3 and "out of reach" in verdicts[0] and "out of reach" in verdicts[2]
+    assert "leaves 0.05x" in verdicts[1] and "spends 0.15x" in verdicts[1]
     lines = bt.format_targets(list(rows.values()))
     assert len(lines) == len(rows) + 1 and all(("met" in x) != ("MISS" in x) for x in lines[1:])
     text = bt.format_record(rec)

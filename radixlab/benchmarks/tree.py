@@ -723,7 +723,8 @@ def format_record(rec: dict) -> str:
                      f"{y['pack_list_ns'] / 1e3:.1f} us")
     lines += _floor_lines(rec)
     if "sglang" in sides and "fast" in sides:
-        lines += ["", "## Targets (fast / SGLang, this run)"] + format_targets(targets(rec))
+        rows = targets(rec)
+        lines += ["", "## Targets (fast / SGLang, this run)"] + format_targets(rows) + target_verdicts(rows)
     lines.append(f"results agree across sides: {rec['reference']['agree']}")
     lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
     cols = list(rec["compare_ns"][0])[1:]
@@ -829,6 +830,23 @@ def format_targets(rows: list[dict]) -> list[str]:
         lines.append(f"{r['op']:26s} {'<=' + format(r['target'], '.1f') + 'x':>7s} {r['ratio']:8.2f}x "
                      f"{'  met' if r['met'] else ' MISS'} {floor}")
     return lines
+
+
+def target_verdicts(rows: list[dict]) -> list[str]:
+    """For each missed target with a floor: is the floor itself above the target (a wall for this
+    design), or how much room does it leave, against what radixlab spends beyond it?"""
+    out = []
+    for r in rows:
+        if r["met"] or r["floor_ratio"] is None:
+            continue
+        floor = r.get("floor_with_walk", r["floor_ratio"])
+        if floor >= r["target"]:
+            out.append(f"-> {r['op']}: the floor ({floor:.2f}x) is above the target itself: out of reach for a tree "
+                       "of this design")
+        else:
+            out.append(f"-> {r['op']}: the floor ({floor:.2f}x) leaves {r['target'] - floor:.2f}x of SGLang's time for "
+                       f"all the bare version leaves out; radixlab spends {r['ratio'] - floor:.2f}x on it")
+    return out
 
 
 def skipped_copy(rec: dict, base: str = "sglang") -> tuple[float, float, float] | None:
