@@ -33,6 +33,7 @@ import torch
 import xxhash
 
 from .radix_cache import RadixKey, _as_token_tuple
+from .radix_key import is_index_dtype
 
 ROOT_SEED = b"\x00" * 8
 """What block 0 is chained to: eight zero bytes, as in the seed."""
@@ -202,7 +203,7 @@ class HashPrefixCache:
             slots = torch.tensor(toks, dtype=torch.int64)
         else:
             slots = value if isinstance(value, torch.Tensor) else torch.tensor(_as_token_tuple(value, "value"))
-            if slots.dim() != 1 or slots.dtype.is_floating_point or slots.dtype == torch.bool or len(slots) != len(toks):
+            if slots.dim() != 1 or not is_index_dtype(slots.dtype) or len(slots) != len(toks):
                 raise ValueError(f"value must hold one slot index per token: len(value)={len(slots)}, "
                                  f"len(tokens)={len(toks)}")
             slots = slots.to(torch.int64)

@@ -28,6 +28,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .radix_key import is_index_dtype
+
 
 def _check_int(value: Any, name: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
@@ -39,7 +41,7 @@ def _check_int(value: Any, name: str, minimum: int = 0) -> int:
 
 def _as_index_list(indices: Any, name: str) -> list[int]:
     if isinstance(indices, torch.Tensor):
-        if indices.dtype.is_floating_point or indices.dtype.is_complex or indices.dtype == torch.bool or indices.dim() != 1:
+        if not is_index_dtype(indices.dtype) or indices.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {indices.dtype} with shape "
                             f"{tuple(indices.shape)}")
         return indices.tolist()  # an integer tensor's tolist() is already Python ints
@@ -61,7 +63,7 @@ class ReqToTokenPool:
         self.max_context_len = _check_int(max_context_len, "max_context_len", 1)
         self.device = torch.device(device)
         self.req_to_token = torch.zeros((self.size, self.max_context_len), dtype=torch.int64, device=self.device)
-        self.free_slots: list[int] = list(range(self.size))
+        self.clear()
 
     def available_size(self) -> int:
         """Rows free for new requests."""
@@ -87,8 +89,7 @@ class ReqToTokenPool:
         """Store ``slots`` at ``req_to_token[req_pool_idx, start : start + len(slots)]``."""
         idx = _check_int(req_pool_idx, "req_pool_idx")
         start = _check_int(start, "start")
-        if isinstance(slots, torch.Tensor) and slots.dim() == 1 and not (
-                slots.dtype.is_floating_point or slots.dtype.is_complex or slots.dtype == torch.bool):
+        if isinstance(slots, torch.Tensor) and slots.dim() == 1 and is_index_dtype(slots.dtype):
             values = slots  # fast path: already an index tensor
         else:
             values = torch.tensor(_as_index_list(slots, "slots"), dtype=torch.int64)

@@ -33,7 +33,7 @@ import torch
 
 from .evict_policy import EVICTION_POLICIES, _resolve_policy  # noqa: F401  (re-exported)
 from .radix_key import (ITEM, RadixKey, _as_token_tuple, common_prefix_len,  # noqa: F401  (re-exported)
-                        key_over, pack_tokens, packed_prefix_len)
+                        is_index_dtype, key_over, pack_tokens, packed_prefix_len)
 
 MATCHERS = ("fast", "readable")
 
@@ -356,8 +356,7 @@ class RadixCache:
         if not isinstance(value, torch.Tensor):
             value = _int64_tensor(pack_tokens(value, "value"))
         dtype = value.dtype
-        if dtype is not torch.int64 and (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool) \
-                or value.dim() != 1:
+        if dtype is not torch.int64 and not is_index_dtype(dtype) or value.dim() != 1:
             raise TypeError(f"value must be a 1-D integer tensor of slot indices, got {value.dtype} "
                             f"with shape {tuple(value.shape)}")
         n_raw, n_value = len(key.packed) >> 3, value.numel()

@@ -33,6 +33,11 @@ _PACKERS: dict[int, struct.Struct] = {}
 _MAX_PACKERS = 4096
 
 
+def is_index_dtype(dtype: torch.dtype) -> bool:
+    """An integer dtype (what token ids and slot indices may be): not float, complex or bool."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
 def _bad_token(token_ids: Sequence, name: str) -> Exception:
     """The clear error for the first id ``struct`` refused (found by a slow scan, only on bad input)."""
     for t in token_ids:
@@ -60,8 +65,7 @@ def pack_tokens(token_ids: Any, name: str = "token_ids") -> bytes:
         except (struct.error, TypeError, OverflowError):
             raise _bad_token(token_ids, name) from None
     if isinstance(token_ids, torch.Tensor):
-        if token_ids.dtype.is_floating_point or token_ids.dtype.is_complex or token_ids.dtype == torch.bool \
-                or token_ids.dim() != 1:
+        if not is_index_dtype(token_ids.dtype) or token_ids.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {token_ids.dtype} with shape "
                             f"{tuple(token_ids.shape)}")
         return token_ids.detach().to(device="cpu", dtype=torch.int64).contiguous().numpy().tobytes()
