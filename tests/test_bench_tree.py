@@ -215,3 +215,44 @@ def test_the_agreement_check_fails_on_a_side_that_answers_wrong():
     off = liar("off", insert=lambda n: n + 1)
     for wrong in (short, shifted, off):
         assert not bt.op_table([bt.radixlab_side("fast"), wrong], wl, reqs, ops=6, forms=("key",))["agree"], wrong.name
+
+
+def test_page_faults_are_counted_per_timed_call_after_the_warm_up(monkeypatch):
+    """The fault count starts again after the warm-up and is divided by timed calls x lanes."""
+    import types
+
+    counter = {"n": 0}
+
+    def fake_getrusage(who):
+        counter["n"] += 1000  # every reading: a thousand more faults than the last
+        return types.SimpleNamespace(ru_minflt=counter["n"])
+    monkeypatch.setattr(bt.resource, "getrusage", fake_getrusage)
+    lanes = [("a", lambda x: x, list(range(10))), ("b", lambda x: x, list(range(10)))]
+    _, faults = bt.interleaved(lanes, keep=2, warmup=3)  # readings: start, at call 3, end
+    assert faults == pytest.approx(1000 / (7 * 2))
+    _, faults = bt.interleaved(lanes[:1], keep=2, warmup=5)  # too few calls to drop any: start, at 0, end
+    assert faults == pytest.approx(1000 / 10)
+
+
+def test_targets_floors_and_the_skipped_copy_on_a_record_built_by_hand():
+    def med(us):
+        return {"median_us": us, "p90_us": us}
+    rec = {"reference": {
+        "ops": {"full-hit match (key)": {"fast": med(4), "sglang": med(10)},
+                "system-prompt hit (key)": {"fast": med(2), "sglang": med(10)},
+                "system-prompt hit (list)": {"fast": med(9), "sglang": med(10)},
+                "insert (key)": {"fast": med(3), "sglang": med(20)}},
+        "floors": {bt.FLOOR_BARE_MATCH: med(3.5), bt.pack_floor("system-prompt hit"): med(5), bt.SKIPPED_COPY: med(1)}}}
+    rows = {r["op"]: r for r in bt.targets(rec)}
+    assert set(rows) == {"full-hit match (key)", "system-prompt hit (key)", "system-prompt hit (list)", "insert (key)"}
+    full = rows["full-hit match (key)"]
+    assert full["ratio"] == pytest.approx(0.4) and not full["met"] and full["floor_ratio"] == pytest.approx(0.35)
+    assert rows["insert (key)"]["met"] and rows["insert (key)"]["floor"] is None  # its floor lane is not in the record
+    sys_list = rows["system-prompt hit (list)"]
+    assert sys_list["met"] and sys_list["floor_ratio"] == pytest.approx(0.5)
+    assert sys_list["floor_with_walk"] == pytest.approx(0.5 + 0.2)
+    assert bt.target_verdicts(list(rows.values())) == [
+        "-> full-hit match (key): the floor (0.35x) is above the target itself: out of reach for a tree of this design"]
+    assert bt.skipped_copy(rec) == pytest.approx((1, 0.2, 0.3))
+    del rec["reference"]["floors"][bt.SKIPPED_COPY]
+    assert bt.skipped_copy(rec) is None
