@@ -572,9 +572,14 @@ def test_the_fingerprint_sees_code_links_and_forged_bytecode_not_honest_bytecode
 def test_the_grader_refuses_to_start_over_forged_bytecode(tmp_path, monkeypatch, capsys):
     sub = tmp_path / "s.ipynb"
     nbformat.write(blank(SPLIT), sub)
-    monkeypatch.setattr(grade, "forged_bytecode", lambda root=None: ["course/__pycache__/answers_tree.cpython-311.pyc"])
+    calls = []
+    monkeypatch.setattr(grade, "forged_bytecode",
+                        lambda root=None: calls.append("check") or ["course/__pycache__/answers_tree.cpython-311.pyc"])
+    monkeypatch.setattr(grade, "_load_answers", lambda: calls.append("import"))
+    monkeypatch.setattr(grade, "all_specs", lambda: calls.append("specs"))
     assert grade.main([str(sub), "--notebooks", str(NOTEBOOKS), "--lesson", "02"]) == 2
     assert "delete radixlab's __pycache__" in capsys.readouterr().err
+    assert calls == ["check"]  # before anything is imported: a forged answers_*.pyc never runs
 
 
 def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):

@@ -61,7 +61,8 @@ class _View:
     still overlaps is that log (did ``run_batch`` wait for a result or synchronize?), not the launch
     records, which the student's code could otherwise reach (``launch.record``, ``launch.backend``) and
     rewrite. A launch the device hands back is wrapped the same way; ``drive`` unwraps what ``run_batch``
-    returns."""
+    returns. The view keeps no reference to its target that code holding the view could read: only the
+    ``get`` closure and ``drive``'s own map know it."""
 
     def __init__(self, target: Any, log: Callable[[str], None], allowed: tuple[str, ...],
                  logged: tuple[str, ...] = (), wrap: dict[str, Callable[[Any], Any]] | None = None) -> None:
@@ -79,7 +80,6 @@ class _View:
                 return wrap[name](out) if wrap and name in wrap else out
             return call
         object.__setattr__(self, "_get", get)
-        object.__setattr__(self, "_target", target)
 
     def __getattr__(self, name: str) -> Any:
         return object.__getattribute__(self, "_get")(name)
@@ -92,21 +92,22 @@ LAUNCH_API = ("wait_inputs_read", "result", "step")
 DEVICE_API = ("write_inputs", "launch", "synchronize")
 
 
-def _unwrap(obj: Any) -> Any:
-    return object.__getattribute__(obj, "_target") if isinstance(obj, _View) else obj
-
-
 def _run(run_batch: Callable, args: dict, loop: str) -> dict:
     waits: list[int] = []  # steps whose run_batch waited for a result (or synchronized the device)
+    targets: dict[int, tuple[_View, Any]] = {}  # id(view) -> (view, the launch behind it)
 
     def watched(device: Any, batch: Any, in_flight: Any) -> Any:
         def log(name: str) -> None:
             waits.append(batch.step)
         def launch_view(launch: Any) -> _View:
-            return _View(launch, log, LAUNCH_API, logged=("result",))
+            v = _View(launch, log, LAUNCH_API, logged=("result",))
+            targets[id(v)] = (v, launch)
+            return v
         view = None if in_flight is None else launch_view(in_flight)
         dev = _View(device, log, DEVICE_API, logged=("synchronize",), wrap={"launch": launch_view})
-        return _unwrap(run_batch(dev, batch, view))
+        out = run_batch(dev, batch, view)
+        pair = targets.get(id(out))
+        return pair[1] if pair is not None and pair[0] is out else out
 
     with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True) as be:
         kwargs = dict(num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,

@@ -502,13 +502,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _grade(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    # First, before any radixlab module the grader has not loaded yet is imported: forged bytecode
+    # left by an earlier run would otherwise run in place of its source (the modules imported to get
+    # here stay exposed: grade untrusted work in a container).
+    forged = forged_bytecode()
+    if forged:
+        print(f"error: radixlab's bytecode cache holds files that are not what their sources compile to "
+              f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
+              "and grade again", file=sys.stderr)
+        return 2
     try:
         folder = args.notebooks or default_notebooks_dir()
         if not folder.is_dir():
             raise UsageError(f"instructor notebooks folder not found: {folder} (pass --notebooks DIR)")
         if args.timeout <= 0 or args.total_timeout <= 0 or (args.case_timeout is not None and args.case_timeout <= 0):
             raise UsageError("--timeout, --case-timeout and --total-timeout must be positive")
-        all_specs()  # import every exercise module before any student code runs
+        all_specs()  # the exercise specs (every radixlab module is imported below, before any student code)
         lessons = [load_lesson(f) for f in sorted(folder.glob("*.ipynb"))]
         if not lessons:
             raise UsageError(f"no notebooks in {folder}")
@@ -534,12 +543,6 @@ def _grade(argv: list[str] | None) -> int:
             problem = problem or str(exc)
         jobs.append((s, lesson, nb, problem))
     _load_answers()
-    forged = forged_bytecode()
-    if forged:  # left by an earlier run: it would run in place of radixlab's source
-        print(f"error: radixlab's bytecode cache holds files that are not what their sources compile to "
-              f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
-              "and grade again", file=sys.stderr)
-        return 2
     reports, fingerprint, tampered = [], package_fingerprint(), ""
     for s, lesson, nb, problem in jobs:
         if tampered:

@@ -127,7 +127,8 @@ def executor_argv() -> list[str]:
     """The executor's command line. ``-I``: isolated (no user site, no ``PYTHON*`` variables, so a
     ``PYTHONDONTWRITEBYTECODE`` in its environment would be ignored); ``-B``: it writes no ``.pyc``,
     so an honest run leaves radixlab's files, bytecode caches included, exactly as they were, and
-    the grader's fingerprint (``grade.package_fingerprint``) sees any file a submission wrote."""
+    the grader's fingerprint (``grade.package_fingerprint``) sees any code a submission wrote into
+    radixlab (not files it writes elsewhere: grade untrusted work in a container)."""
     return [sys.executable, "-I", "-B", "-c", EXECUTOR]
 
 
