@@ -265,7 +265,7 @@ def test_hash_cache_random_workloads_match_no_cache_and_leak_nothing(model):
             prompts.append(p)
         chunk = rng.choice([None, 16, 32])
         kw = dict(page_size=page, max_total_tokens=rng.choice([96, 128, 256]), max_running_requests=rng.choice([2, 3, 4]),
-                  chunked_prefill_size=chunk if chunk is None or chunk % page == 0 else None,
+                  chunked_prefill_size=chunk,  # 16 or 32: a multiple of every page size drawn
                   schedule_policy=rng.choice(["fcfs", "lpm"]), disable_overlap_schedule=rng.random() < 0.6)
         ref = Engine(model, page_size=page, max_total_tokens=512, max_running_requests=8, disable_radix_cache=True)
         want = [o["output_ids"] for o in ref.generate(prompts, {"max_new_tokens": 2})]
@@ -313,3 +313,24 @@ def test_hash_cache_identical_prompts_in_one_batch_keep_their_own_slots_until_co
         eng, got, out = run(model, batch, prefix_cache="hash", max_running_requests=3,
                             disable_overlap_schedule=not overlap)
         assert got == want and [o["meta_info"]["cached_tokens"] for o in out] == [0, 16, 0]
+
+
+@pytest.mark.parametrize("cache", ["radix", "hash"])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_an_error_while_a_last_chunk_is_admitted_leaks_nothing(model, cache, overlap):
+    """A request taking its last chunk sits only in the batch being built: abort_all must still find it."""
+    engine = Engine(model, max_total_tokens=256, max_running_requests=2, chunked_prefill_size=16, prefix_cache=cache,
+                    disable_overlap_schedule=not overlap)
+    sched = engine.scheduler
+    real = sched.policy.calc_priority
+
+    def boom(queue):
+        if sched.chunked_req is None and sched._admitting:  # the last chunk is taken, and in no other list
+            raise RuntimeError("boom")
+        return real(queue)
+    sched.policy.calc_priority = boom
+    with pytest.raises(RuntimeError, match="boom"):
+        engine.generate([list(range(10, 50)), list(range(60, 70))], {"max_new_tokens": 2})
+    alloc = engine.token_to_kv_pool_allocator
+    assert alloc.size - alloc.available_size() == engine.tree_cache.total_size()
+    assert engine.req_to_token_pool.available_size() == engine.req_to_token_pool.size

@@ -230,9 +230,7 @@ class Engine:
         """Empty the tree: every cached slot goes back to the allocator (SGLang: ``Engine.flush_cache``)."""
         if self.scheduler.has_work():
             return False  # SGLang refuses to flush while requests run
-        self.tree_cache.reset()
-        self.token_to_kv_pool_allocator.clear()
-        self.req_to_token_pool.clear()
+        self.scheduler.flush_cache()
         return True
 
     def shutdown(self) -> None:

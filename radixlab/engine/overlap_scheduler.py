@@ -265,9 +265,7 @@ class OverlapScheduler(Scheduler):
             self.backend.synchronize()
         except Exception:
             pass
-        reqs = self.running_batch.reqs + self.waiting_queue + self._admitting + ([self.chunked_req] if self.chunked_req else []) \
-            + (self.last_batch.reqs if self.last_batch is not None else [])
-        for req in {id(r): r for r in reqs}.values():
+        for req in self.live_reqs():
             if req.req_pool_idx is not None:
                 extra = self._wasted_pages(req, self._alloc_len.get(id(req), req.seq_len))
                 if extra:

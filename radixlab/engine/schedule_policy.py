@@ -133,6 +133,11 @@ class PrefillAdder:
         if self.rem_chunk_tokens is not None:
             self.rem_chunk_tokens -= extend_len
 
+    def allocated(self, req: Req, from_len: int) -> None:
+        """``req``'s slots from ``from_len`` to its ``seq_len`` were allocated at admission: they count
+        as taken, no longer as still to allocate."""
+        self.rem_total_token_offset -= ceil_page(req.seq_len, self.page_size) - ceil_page(from_len, self.page_size)
+
     def add_chunked_req(self, req: Req) -> Req | None:
         """The request in the middle of a chunked prefill goes first; returns it if still unfinished."""
         left = len(req.origin_input_ids) - req.seq_len

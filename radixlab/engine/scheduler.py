@@ -26,7 +26,7 @@ from typing import Any
 from ..request import admit, release
 from .model_runner import GenerationBatchResult, ModelRunner
 from .schedule_batch import Req, ScheduleBatch, alloc_slots
-from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy, ceil_page
+from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
 
 
 @dataclass
@@ -66,7 +66,6 @@ class Scheduler:
         self.waiting_queue: list[Req] = []
         self.running_batch = ScheduleBatch([], tree_cache)
         self.chunked_req: Req | None = None  # the request in the middle of a chunked prefill
-        self._evicted_at_admission = 0
         self._admitting: list[Req] = []  # the prefill batch being built (abort_all must see it too)
         self.last_batch: ScheduleBatch | None = None
         self.stats = SchedulerStats()
@@ -154,8 +153,8 @@ class Scheduler:
         self.waiting_queue = [r for r in self.waiting_queue if r not in admitted]
         batch = ScheduleBatch(adder.can_run_list, self.tree_cache)
         batch.prepare_for_extend()
-        self.stats.evicted_tokens += batch.evicted_tokens + self._evicted_at_admission
-        self._evicted_at_admission, self._admitting = 0, []
+        self.stats.evicted_tokens += batch.evicted_tokens
+        self._admitting = []
         self.stats.cached_tokens += sum(r.cached_tokens for r in admitted)
         return batch
 
@@ -170,9 +169,8 @@ class Scheduler:
         prefix = req.seq_len
         slots, evicted = alloc_slots(req, self.tree_cache, req.extend_input_len)
         req.preallocated = (prefix, slots)
-        self._evicted_at_admission += evicted
-        # The adder counted these slots as still to allocate; now they are allocated (not free).
-        adder.rem_total_token_offset -= ceil_page(req.seq_len, self.page_size) - ceil_page(prefix, self.page_size)
+        self.stats.evicted_tokens += evicted
+        adder.allocated(req, prefix)
         self.tree_cache.cache_at_allocation(req)
 
     def _unlocked_on_path(self, node: Any) -> int:
@@ -233,23 +231,27 @@ class Scheduler:
             self.process_batch_result(batch, result)
         self.last_batch = None
 
+    def live_reqs(self) -> list[Req]:
+        """Every request the scheduler holds, wherever it is (each once): what ``abort_all`` drops."""
+        reqs = self.running_batch.reqs + self.waiting_queue + self._admitting \
+            + ([self.chunked_req] if self.chunked_req else []) + (self.last_batch.reqs if self.last_batch is not None else [])
+        return list({id(r): r for r in reqs}.values())
+
+    def flush_cache(self) -> None:
+        """Empty the cache, the allocator and the rows (SGLang: ``Scheduler.flush_cache``)."""
+        self.tree_cache.reset()
+        self.token_to_kv_pool_allocator.clear()
+        self.req_to_token_pool.clear()
+
     def abort_all(self) -> None:
         """Drop every request (after an error mid-run): KV goes back, no lock or row stays taken."""
-        live = {id(r): r for r in self.running_batch.reqs + self.waiting_queue + self._admitting
-                + ([self.chunked_req] if self.chunked_req else [])
-                + (self.last_batch.reqs if self.last_batch is not None else [])}
-        for req in live.values():
+        for req in self.live_reqs():
             if req.req_pool_idx is not None:
                 self.tree_cache.cache_finished_req(req, is_insert=False)
                 self.req_to_token_pool.free(req.req_pool_idx)
                 req.req_pool_idx = None
             req.finished_reason = req.finished_reason or "abort"
-            req.preallocated = None
         self.waiting_queue, self.chunked_req, self.last_batch, self._admitting = [], None, None, []
-        self._evicted_at_admission = 0
         self.running_batch = ScheduleBatch([], self.tree_cache)
         if getattr(self.tree_cache, "caches_on_alloc", False):
-            # Blocks cached at allocation may never have been computed: drop the whole cache.
-            self.tree_cache.reset()
-            self.token_to_kv_pool_allocator.clear()
-            self.req_to_token_pool.clear()
+            self.flush_cache()  # blocks cached at allocation may never have been computed

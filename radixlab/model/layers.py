@@ -49,7 +49,8 @@ class RotaryEmbedding(nn.Module):
 
         Not a buffer on purpose: ``model.to(bfloat16)`` would round them to 8 bits of mantissa, and
         at position p the angle p * f would then be off by up to p * f / 256 radians. SGLang too
-        computes its cos/sin cache in float32 and keeps it so on CUDA (``layers/rotary_embedding/base.py``).
+        computes its cos/sin cache in float32 (``layers/rotary_embedding/base.py``), and keeps it so on
+        CUDA for the fused kernel's head sizes; its fallback path casts it to the query's dtype.
         """
         if device not in self._inv_freq:
             self._inv_freq[device] = self._inv_freq[torch.device("cpu")].to(device)
