@@ -21,7 +21,7 @@ def test_small_run_has_every_section_and_agrees():
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
     packs = {bt.pack_floor(op) for op in ("full-hit match", "system-prompt hit", "miss", "mid-edge hit (split)", "insert")}
     assert bt.FLOOR_PACK in packs and len(packs) == 5  # each list op times its own packing, in its own loop
-    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.SKIPPED_COPY,
+    assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.FLOOR_BARE_WALK, bt.SKIPPED_COPY,
                                                bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT} | packs
     faults = rec["reference"]["faults_per_call"]
     assert set(faults) == set(ops) - {"build (key)", "build (list)", "evict all"} and all(f >= 0 for f in faults.values())
@@ -29,6 +29,7 @@ def test_small_run_has_every_section_and_agrees():
     assert us > 0 and with_copy > measured
     floors = bt.floor_ratios(rec, base="readable")  # SGLang's place when its wheel is cached
     assert set(floors) == {"full-hit match (key)", "full-hit match (key), C-level", "full-hit match (key), bare Python",
+                           "full-hit match (key), no copy",
                            "insert (key), C-level", "insert (key), bare Python", "full-hit match (list)",
                            "system-prompt hit (list)", "miss (list)", "insert (list)"}
     assert all(us > 0 and ratio > 0 for us, ratio in floors.values())
@@ -58,7 +59,7 @@ def test_floor_lanes_do_the_work_they_name_and_leave_the_tree_alone():
     reqs = wl.requests()
     fast = bt.build(bt.radixlab_side("fast"), reqs)[0]
     before = fast.format()
-    lanes = {name: args for name, fn, args in bt._insert_floor_lanes(wl, fast, 5, 30)}
+    lanes = {name: args for name, fn, args in bt._insert_floor_lanes(wl, lambda: fast, 5, 30)}
     packed, edge, value, kept = lanes[bt.FLOOR_INSERT][0]
     tail, indices = bt._insert_c_work((packed, edge, value, kept))
     assert tail == packed[20 * 8:] and indices.tolist() == value[20:].tolist() and kept == [(tail, indices)]
@@ -74,11 +75,13 @@ def test_floor_lanes_do_the_work_they_name_and_leave_the_tree_alone():
         bt._bare_insert((root, RadixKey(reqs[0]).packed, value, {}, []))  # nothing new: not the insert the lane times
     cached = RadixKey(reqs[0]).packed
     hit = fast.match_prefix(reqs[0]).device_indices
-    assert bt._bare_match((root, cached)).tolist() == hit.tolist()
+    assert bt._bare_match((root, cached, True)).tolist() == hit.tolist()
+    last = fast.match_prefix(reqs[0]).last_node
+    assert bt._bare_match((root, cached, False)) is last.value  # no copy: a tensor the tree already holds
     system = root.children[cached[:8]]
     assert bt._match_c_work((cached, [(system.key.packed, 0)], [system.value])).tolist() == hit[:20].tolist()
     with pytest.raises(AssertionError, match="full hit"):
-        bt._bare_match((root, cached[:-8] + b"\xff" * 8))
+        bt._bare_match((root, cached[:-8] + b"\xff" * 8, True))
     with pytest.raises(AssertionError, match="whole path"):
         bt._match_c_work((cached, [(cached[8:16], 0)], [hit]))
 
@@ -256,3 +259,50 @@ def test_targets_floors_and_the_skipped_copy_on_a_record_built_by_hand():
     assert bt.skipped_copy(rec) == pytest.approx((1, 0.2, 0.3))
     del rec["reference"]["floors"][bt.SKIPPED_COPY]
     assert bt.skipped_copy(rec) is None
+
+
+def test_floor_lanes_each_start_at_another_request():
+    assert bt._rotated(list(range(8)), 7, 8) == [7, 0, 1, 2, 3, 4, 5, 6]
+    assert bt._rotated(list(range(8)), 1) == [2, 3, 4, 5, 6, 7, 0, 1]
+    with pytest.raises(ValueError, match="k must be in"):
+        bt._rotated([1, 2], 4)  # a whole turn would put the lane back on the tree's own request
+    wl = ReferenceTreeWorkload(4, 4, system_len=20, turn_len=10, seed=3)
+    reqs = wl.requests()
+    fast = bt.build(bt.radixlab_side("fast"), reqs)[0]
+    qs = reqs[:8]
+    lanes = bt._floor_lanes("full-hit match", "key", qs, lambda: fast, 30)
+    firsts = {name: args[0] for name, _, args in lanes}
+    packed = {bt.FLOOR_BARE_MATCH: firsts[bt.FLOOR_BARE_MATCH][1], bt.FLOOR_BARE_WALK: firsts[bt.FLOOR_BARE_WALK][1],
+              bt.FLOOR_MATCH: firsts[bt.FLOOR_MATCH][0]}
+    starts = [RadixKey(qs[0]).packed] + list(packed.values())
+    assert len(set(starts)) == len(starts)  # at call 0, no two lanes read the same request's path
+
+
+def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
+    wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=4)
+    reqs = wl.requests()
+    built = []
+    real_build = bt.build
+
+    def spy(side, rs, native=False):
+        cache, t = real_build(side, rs, native)
+        built.append(cache)
+        return cache, t
+    monkeypatch.setattr(bt, "build", spy)
+    seen = []
+    real_lanes = bt._floor_lanes
+
+    def lanes_spy(*a):
+        out = real_lanes(*a)
+        seen.extend(out)
+        return out
+    monkeypatch.setattr(bt, "_floor_lanes", lanes_spy)
+    out = bt.op_table([bt.radixlab_side("fast")], wl, reqs, 6, forms=("key",))
+    timed, twins = built[0], built[1:]
+    assert len(twins) == 7 and all(t is not timed for t in twins)  # 4 full-hit lanes, 1 system-prompt, 2 insert
+    roots = {id(args[0]) for name, _, lane in seen if name in (bt.FLOOR_BARE_MATCH, bt.FLOOR_BARE_WALK) for args in lane}
+    assert id(timed.root_node) not in roots and len(roots) == 2  # each bare lane walks its own twin
+    assert bt.FLOOR_BARE_WALK in out["floors"]
+    built.clear()
+    out = bt.op_table([bt.radixlab_side("fast")], wl, reqs, 6, forms=("key",), floors=False)
+    assert len(built) == 1 and out["floors"] == {}

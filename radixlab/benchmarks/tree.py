@@ -189,9 +189,16 @@ def build(side: Side, reqs: list[list[int]], native: bool = False) -> tuple[Any,
 
 
 def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]], ops: int,
-             forms: Sequence[str] = ("key", "list")) -> dict:
-    """Per-op stats for every side on trees holding ``reqs``; hit lengths checked equal across sides."""
+             forms: Sequence[str] = ("key", "list"), floors: bool = True) -> dict:
+    """Per-op stats for every side on trees holding ``reqs``; hit lengths checked equal across sides.
+    ``floors=False`` leaves the floor lanes out (and builds no twin trees for them)."""
     caches = {s.name: build(s, reqs)[0] for s in sides}
+    # Each floor lane that reads a tree reads its own twin of the fast tree (built from the same
+    # requests): lanes reading the fast tree itself would keep its nodes in the CPU's caches for its
+    # own lane, a warmth SGLang's tree (read by one lane) would not get. Measured: it flattered the
+    # fast tree by 0.03-0.07x of SGLang's time on the full hit and the insert.
+    fast = next((s for s in sides if s.name == "fast"), None)
+    twin = (lambda: build(fast, reqs)[0]) if fast is not None and floors else None
     rng = wl.rng
     total = wl.system_len + wl.turn_len
     # a hit that ends inside a turn needs a turn of 2 tokens or more
@@ -220,7 +227,8 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 else:
                     args = [s.native(fresh(q)) if s.name == "sglang" else fresh(q) for q in qs]
                     lanes.append((s.name, (lambda c, s: lambda a: s.match_native(c, a))(c, s), args))
-            lanes += _floor_lanes(op, form, qs, caches, expect)
+            if floors:
+                lanes += _floor_lanes(op, form, qs, twin, expect)
             want = expect if isinstance(expect, list) else [expect] * len(qs)
 
             def check(i: int, res: dict, want: list = want) -> None:  # every side: the expected hit, the same slots
@@ -246,9 +254,9 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 args = [(s.native(q), v) for q, v in zip(new, vals)]
                 fn = (lambda c, s: lambda kv: s.insert_native(c, kv[0], kv[1]))(c, s)
             lanes.append((s.name, fn, args))
-        if form == "key" and "fast" in caches:
-            lanes += _insert_floor_lanes(wl, caches["fast"], ops, total)
-        elif form == "list":
+        if form == "key" and twin is not None:
+            lanes += _insert_floor_lanes(wl, twin, ops, total)
+        elif form == "list" and floors:
             lanes.append((pack_floor("insert"), _pack_and_drop, [wl.new_request() for _ in range(ops)]))
 
         def check_insert(i: int, res: dict) -> None:  # every side: the cached system prompt, nothing more
@@ -268,6 +276,7 @@ FLOOR_PACK = "packing the request's token list"
 SKIPPED_COPY = "torch.cat of a one-edge hit's index tensor"
 FLOOR_MATCH = "a full hit's C-level work (compare each edge on the path, torch.cat the indices)"
 FLOOR_BARE_MATCH = "a bare Python full hit (walk the nodes, compare, torch.cat; no clock, no result object)"
+FLOOR_BARE_WALK = "a bare Python full hit that copies nothing (hands back a tensor it already holds, as a memo of each path would)"
 FLOOR_INSERT = "an insert's C-level work (compare the cached edge, slice the new key, copy the new indices)"
 FLOOR_BARE_INSERT = "a bare Python insert (walk the nodes, compare, make the leaf; no clock, counts or checks)"
 
@@ -306,19 +315,21 @@ def _bare_insert(args: tuple) -> TreeNode:
     return leaf
 
 
-def _insert_floor_lanes(wl: ReferenceTreeWorkload, cache: RadixCache, ops: int, total: int) -> list:
-    """Two lanes timed beside the inserts (key built), each on its own new requests, the tree untouched:
-    ``FLOOR_INSERT`` (the C-level work) and ``FLOOR_BARE_INSERT``. What they make (bytes, tensors,
-    nodes) is kept for good (a list in their arguments), as a tree keeps what it inserts."""
+def _insert_floor_lanes(wl: ReferenceTreeWorkload, twin: Callable[[], RadixCache], ops: int, total: int) -> list:
+    """Two lanes timed beside the inserts (key built), each on its own new requests and its own twin
+    of the fast tree (``twin()``), left untouched: ``FLOOR_INSERT`` (the C-level work) and
+    ``FLOOR_BARE_INSERT``. What they make (bytes, tensors, nodes) is kept for good (a list in their
+    arguments), as a tree keeps what it inserts."""
     c_work, bare, scratch, kept = [], [], {}, []
     for lane in (c_work, bare):
+        tree = twin()
         for i in range(ops):
             packed = RadixKey(wl.new_request()).packed
             value = torch.arange(2 * 10**9 + i * total, 2 * 10**9 + (i + 1) * total)
             if lane is c_work:
-                lane.append((packed, cache.root_node.children[packed[:ITEM]].key.packed, value, kept))
+                lane.append((packed, tree.root_node.children[packed[:ITEM]].key.packed, value, kept))
             else:
-                lane.append((cache.root_node, packed, value, scratch, kept))
+                lane.append((tree.root_node, packed, value, scratch, kept))
     return [(FLOOR_INSERT, _insert_c_work, c_work), (FLOOR_BARE_INSERT, _bare_insert, bare)]
 
 
@@ -335,8 +346,12 @@ def _match_c_work(args: tuple) -> torch.Tensor:
 def _bare_match(args: tuple) -> torch.Tensor:
     """The least a Python tree with radixlab's nodes does for a full hit: follow the children by
     their first token, compare each edge, ``torch.cat`` the path's indices. No clock, no splits,
-    no result object, no input checks; reads the tree, never writes it."""
-    node, packed = args
+    no result object, no input checks; reads the tree, never writes it.
+
+    With ``copy=False`` (``FLOOR_BARE_WALK``) it hands back the last node's own tensor instead of
+    the ``torch.cat``: what a tree that kept each path's whole index tensor (a memo, paid for in
+    memory) would still do for a full hit, with no new tensor at all."""
+    node, packed, copy = args
     pos, end, vals = 0, len(packed), []
     while pos < end:
         child = node.children.get(packed[pos:pos + ITEM])
@@ -347,20 +362,22 @@ def _bare_match(args: tuple) -> torch.Tensor:
         node = child
     if pos != end:
         raise AssertionError("the floor lane's query must be a full hit")
-    return torch.cat(vals)
+    return torch.cat(vals) if copy else node.value
 
 
 def _pack_and_drop(tokens: list[int]) -> None:
     pack_tokens(tokens)  # the bytes are dropped at once, as a match drops the key it built from a list
 
 
-def _floor_lanes(op: str, form: str, qs: list[list[int]], caches: dict, expect: int) -> list[tuple[str, Callable, list]]:
-    """Work timed in the same interleaved run as the trees, to read the trees' times against.
+def _floor_lanes(op: str, form: str, qs: list[list[int]], twin: Callable[[], RadixCache] | None, expect: int) -> list[tuple[str, Callable, list]]:
+    """Work timed in the same interleaved run as the trees, to read the trees' times against. A lane
+    that reads a tree reads its own twin of the fast tree (``twin()``, same requests), never the
+    tree a timed lane reads.
 
     * ``FLOOR_CAT`` (full hit, key built): a hit spanning two edges must hand back one tensor of its
       slot indices; SGLang and radixlab both ``torch.cat`` the path's tensors. Its results are kept
       as the trees' are (``interleaved``). ``FLOOR_MATCH`` adds the compares, ``FLOOR_BARE_MATCH``
-      walks the node objects too.
+      walks the node objects too, and ``FLOOR_BARE_WALK`` is that walk without the copy.
     * ``pack_floor(op)`` (every op fed a list, one lane per op's loop): a request that arrives as a
       Python list is converted token by token before any C-speed compare (the bytes dropped at
       once, as a match drops them).
@@ -370,33 +387,42 @@ def _floor_lanes(op: str, form: str, qs: list[list[int]], caches: dict, expect: 
     """
     if form == "list":
         return [(pack_floor(op), _pack_and_drop, _rotated([fresh(q) for q in qs], 1))]
-    if form != "key" or op not in ("full-hit match", "system-prompt hit") or "fast" not in caches:
+    if form != "key" or op not in ("full-hit match", "system-prompt hit") or twin is None:
         return []
-    paths, walks = [], []
-    for q in qs:  # the index tensors on the query's path, read without touching the tree's clock
-        node, pos, vals, edges = caches["fast"].root_node, 0, [], []
-        key = RadixKey(q)  # its own bytes: the trees' lanes got theirs
-        while pos < len(key.packed) and (child := node.children.get(key.packed[pos:pos + ITEM])) is not None:
-            vals.append(child.value)
-            edges.append((child.key.packed, pos))
-            pos += len(child.key.packed)
-            node = child
-        if sum(v.numel() for v in vals) != expect:
-            raise AssertionError(f"{op}: the query's path does not cover its hit: the lane would time the wrong copy")
-        paths.append(vals)
-        walks.append((key.packed, edges, vals))
+
+    def walks(tree: RadixCache) -> list[tuple[bytes, list, list]]:
+        """Per query: its own packed bytes, (edge, offset) and the index tensor of each node on its path
+        in ``tree`` (read without touching the tree's clock)."""
+        out = []
+        for q in qs:
+            node, pos, vals, edges = tree.root_node, 0, [], []
+            packed = RadixKey(q).packed  # its own bytes: the trees' lanes got theirs
+            while pos < len(packed) and (child := node.children.get(packed[pos:pos + ITEM])) is not None:
+                vals.append(child.value)
+                edges.append((child.key.packed, pos))
+                pos += len(child.key.packed)
+                node = child
+            if sum(v.numel() for v in vals) != expect:
+                raise AssertionError(f"{op}: the query's path does not cover its hit: the lane would time the wrong copy")
+            out.append((packed, edges, vals))
+        return out
+
     if op != "full-hit match":
-        return [(SKIPPED_COPY, torch.cat, _rotated(paths, 1))]
-    root = caches["fast"].root_node
-    return [(FLOOR_CAT, torch.cat, _rotated(paths, 1)), (FLOOR_MATCH, _match_c_work, _rotated(walks, 2)),
-            (FLOOR_BARE_MATCH, _bare_match, _rotated([(root, RadixKey(q).packed) for q in qs], 3))]
+        return [(SKIPPED_COPY, torch.cat, _rotated([vals for _, _, vals in walks(twin())], 1))]
+    bare, walk = twin().root_node, twin().root_node
+    return [(FLOOR_CAT, torch.cat, _rotated([vals for _, _, vals in walks(twin())], 1)),
+            (FLOOR_MATCH, _match_c_work, _rotated(walks(twin()), 2)),
+            (FLOOR_BARE_MATCH, _bare_match, _rotated([(bare, RadixKey(q).packed, True) for q in qs], 3)),
+            (FLOOR_BARE_WALK, _bare_match, _rotated([(walk, RadixKey(q).packed, False) for q in qs], 7, 8))]
 
 
-def _rotated(items: list, k: int) -> list:
-    """``items`` started k quarters in: a floor lane reading the fast tree's nodes at call i reads
-    another request's path than the fast tree's own lane does at call i, so neither warms the CPU
-    caches for the other (within one call i, the lanes run back to back)."""
-    shift = k * len(items) // 4
+def _rotated(items: list, k: int, parts: int = 4) -> list:
+    """``items`` started k parts (of ``parts``) in: at call i each floor lane reads another request
+    than the trees' lanes and the other floor lanes do (within one call i the lanes run back to
+    back), so no lane finds a request's bytes or nodes fresh in the CPU's caches from another."""
+    if not 0 <= k < parts:
+        raise ValueError(f"k must be in [0, {parts}), got {k}")
+    shift = k * len(items) // parts
     return items[shift:] + items[:shift]
 
 
@@ -440,7 +466,7 @@ def growth(sides: list[Side], sizes: Sequence[int], ops: int, system_len: int = 
         prompts = max(1, size // (turns + 1))
         wl = ReferenceTreeWorkload(prompts, turns, system_len, turn_len, seed=seed + size)
         reqs = wl.requests()
-        table = op_table(sides, wl, reqs, ops, forms=("key",))
+        table = op_table(sides, wl, reqs, ops, forms=("key",), floors=False)
         nodes = prompts * (turns + 1)
         ev = evict_and_build(sides, reqs, 1)
         row = {"nodes": nodes, "tokens": prompts * system_len + prompts * turns * turn_len,
@@ -465,7 +491,7 @@ def by_key_length(sides: list[Side], lengths: Sequence[int] = (60, 240, 1200, 48
             raise ValueError(f"lengths must be at least 2 tokens, got {n}")
         system = n * 5 // 6
         wl = ReferenceTreeWorkload(prompts, turns, system, n - system, seed=seed + n)
-        table = op_table(sides, wl, wl.requests(), ops)
+        table = op_table(sides, wl, wl.requests(), ops, floors=False)
         rows.append({"tokens": n, "agree": table["agree"],
                      "median_us": {op: {name: st["median_us"] for name, st in v.items()} for op, v in table["ops"].items()}})
     return rows
@@ -759,6 +785,8 @@ FLOOR_OPS = [
     ("full-hit match (key), C-level", "full-hit match (key)", FLOOR_MATCH, "compare each edge + torch.cat of the result"),
     ("full-hit match (key), bare Python", "full-hit match (key)", FLOOR_BARE_MATCH,
      "a bare Python walk: nodes, compares, torch.cat"),
+    ("full-hit match (key), no copy", "full-hit match (key)", FLOOR_BARE_WALK,
+     "that walk handing back a stored tensor (no torch.cat)"),
     ("insert (key), C-level", "insert (key)", FLOOR_INSERT, "compare the cached edge, slice the new key, copy the indices"),
     ("insert (key), bare Python", "insert (key)", FLOOR_BARE_INSERT, "a bare Python insert: walk, compare, make the leaf"),
 ] + [(f"{op} (list)", f"{op} (list)", pack_floor(op), "packing the list")
