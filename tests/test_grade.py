@@ -10,6 +10,9 @@ answer keeps its marks whatever else the notebook does.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -630,3 +633,34 @@ def test_a_check_without_a_spec_is_listed_for_marking_by_hand(tmp_path):
     (rep,) = json.loads(out.read_text())["reports"]
     (row,) = rep["exercises"]
     assert row["check"] == "check_answer" and row["status"] == "manual" and "mark by hand" in row["reason"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and a child subreaper: Linux")
+def test_processes_a_submission_forks_do_not_outlive_the_run(tmp_path):
+    """A child left in the executor's process group, and a grandchild that escaped it (a double fork
+    with setsid), are both killed when the run ends: neither writes its file a moment later."""
+    from radixlab.course.ex_match import cases
+    from radixlab.course.runner import run_exercise
+
+    mark = str(tmp_path / "mark")
+    probe = (
+        "import os, time\n"
+        "def match_prefix(root, tokens):\n"
+        f"    mark = {mark!r}\n"
+        "    if not os.path.exists(mark + '.spawned'):\n"
+        "        open(mark + '.spawned', 'w').close()\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(2); open(mark + '.group', 'w').close(); os._exit(0)\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()\n"
+        "            if os.fork() == 0:\n"
+        "                time.sleep(2); open(mark + '.session', 'w').close(); os._exit(0)\n"
+        "            os._exit(0)\n"
+        "    return (0, 'x')\n")
+    args = [c.args for c in cases(7)][:2]
+    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+    assert run.defined, run.errors
+    assert os.path.exists(mark + ".spawned")
+    time.sleep(3)
+    assert not os.path.exists(mark + ".group"), "a child in the executor's process group outlived the run"
+    assert not os.path.exists(mark + ".session"), "a grandchild in its own session outlived the run"

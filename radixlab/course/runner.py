@@ -4,7 +4,8 @@
 working directory), sends it the graded program (the statements ``extract`` chose) and the cases'
 arguments, and reads back one line per case: the plain data ``spec.drive`` returned, or how the case
 failed (not done, raised, timed out). Every case has a time limit; a case that runs past it (or
-kills the process) is recorded and a new process continues with the next case. The process never
+kills the process) is recorded and a new process continues with the next case. Every process the
+submission started dies with its executor (``_kill``, ``_kill_adopted``). The process never
 sees an expected value or a verdict: the grader computes those itself (``grade.py``). It does not
 even hold the reference: it imports only the module of the spec's ``drive`` (whose reference is a
 stub that loads ``answers_*`` on demand) and refuses to import ``radixlab.course.answers*``, the
@@ -105,6 +106,23 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
     run = ExerciseRun([{} for _ in cases])
     t0 = time.monotonic()
     start = 0
+    adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
+    try:
+        _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout, total_timeout, t0)
+    finally:
+        if adopted:
+            _child_subreaper(False)
+    for k, o in enumerate(run.outcomes):
+        if not o:
+            run.outcomes[k] = {"error": run.stopped or "the executor stopped before this case"}
+    run.seconds = round(time.monotonic() - t0, 2)
+    return run
+
+
+def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
+                   statements: list[tuple[int, int]], cases: list, case_timeout: float, define_timeout: float,
+                   total_timeout: float, t0: float) -> None:
+    start = 0
     while True:
         left = total_timeout - (time.monotonic() - t0)
         if left < 1:
@@ -116,11 +134,6 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
         if nxt is None or nxt >= len(cases) or not run.defined:
             break
         start = nxt
-    for k, o in enumerate(run.outcomes):
-        if not o:
-            run.outcomes[k] = {"error": run.stopped or "the executor stopped before this case"}
-    run.seconds = round(time.monotonic() - t0, 2)
-    return run
 
 
 def executor_argv() -> list[str]:
@@ -138,6 +151,7 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
     """One executor process from case ``start``; returns the case to resume at, or None when finished."""
     nonce = secrets.token_hex(8)
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
+    ours = _children()  # what was ours before: never killed
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "RADIXLAB_DEVICE": "cpu",
            "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     job = {"nonce": nonce, "drive": drive, "function": function, "cells": {str(k): v for k, v in cells.items()},
@@ -202,15 +216,80 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
     finally:
         sel.close()
         _kill(proc)
+        _kill_adopted(ours)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+    """Kill the executor's whole process group, even when the executor itself has already exited:
+    a child it forked stays in the group (and alive) after it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        if proc.poll() is None:
             proc.kill()
     proc.wait()
     if proc.stdout:
         proc.stdout.close()
+
+
+# A process the submission starts in a new session (setsid, after a double fork) leaves the
+# executor's process group, so ``killpg`` misses it. On Linux the grader makes itself a *child
+# subreaper* while it runs a submission: such a process, orphaned when its parents die, becomes
+# the grader's child instead of init's, and is killed here with the rest. Elsewhere (and against
+# code that tampers with the machine in other ways), grade untrusted work in a container.
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def _child_subreaper(on: bool) -> bool:
+    """Turn this process's child-subreaper flag on or off; True when it changed (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    was = ctypes.c_int(0)
+    if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0 or bool(was.value) == on:
+        return False
+    return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+
+
+def _children() -> set[int]:
+    """Pids whose parent is this process (read from /proc; empty where there is none)."""
+    me, kids = os.getpid(), set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return kids
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+        if len(fields) > 1 and int(fields[1]) == me:
+            kids.add(int(entry))
+    return kids
+
+
+def _kill_adopted(ours: set[int], rounds: int = 50) -> None:
+    """Kill and reap every child of ours that was not ours before the executor started: orphans
+    of the submission that the subreaper flag handed to us. Killing one hands us its children in
+    turn, so repeat until none is left."""
+    for _ in range(rounds):
+        adopted = _children() - ours
+        if not adopted:
+            return
+        for pid in adopted:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in adopted:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
