@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixlab.benchmarks import tree as bt
+from radixlab.radix_cache import RadixCache
 from radixlab.radix_key import RadixKey
 from radixlab.workloads import ReferenceTreeWorkload
 
@@ -47,7 +48,7 @@ def test_small_run_has_every_section_and_agrees():
     listed = dict(wall, floor_ratio=0.1, floor_with_walk=0.32)
     verdicts = bt.target_verdicts([wall, room, listed, dict(wall, met=True), dict(wall, floor_ratio=None)])
     assert len(verdicts) == 3 and "out of reach" in verdicts[0] and "out of reach" in verdicts[2]
-    assert "leaves 0.05x" in verdicts[1] and "spends 0.15x" in verdicts[1]
+    assert "room above the floor 0.05x" in verdicts[1] and "spends 0.15x" in verdicts[1]
     lines = bt.format_targets(list(rows.values()))
     assert len(lines) == len(rows) + 1 and all(("met" in x) != ("MISS" in x) for x in lines[1:])
     text = bt.format_record(rec)
@@ -306,3 +307,17 @@ def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
     built.clear()
     out = bt.op_table([bt.radixlab_side("fast")], wl, reqs, 6, forms=("key",), floors=False)
     assert len(built) == 1 and out["floors"] == {}
+
+
+def test_path_memo_cost_counts_each_node_s_whole_path():
+    cache = RadixCache()
+    toks = list(range(1, 31))
+    for k in (10, 20, 30):  # a chat of three turns of 10 tokens: a chain of three nodes
+        cache.insert(toks[:k])
+    cache.insert([99] * 5)  # and a separate one-edge request
+    cost = bt.path_memo_cost(cache)
+    assert cost["tokens"] == 35 and cost["nodes"] == 4
+    assert cost["growth"] == pytest.approx((10 + 20 + 30 + 5) / 35)
+    assert cost["memo_bytes_per_token"] == pytest.approx(8 * cost["growth"])
+    with pytest.raises(ValueError, match="cache must hold"):
+        bt.path_memo_cost(RadixCache())
