@@ -664,3 +664,38 @@ def test_processes_a_submission_forks_do_not_outlive_the_run(tmp_path):
     time.sleep(3)
     assert not os.path.exists(mark + ".group"), "a child in the executor's process group outlived the run"
     assert not os.path.exists(mark + ".session"), "a grandchild in its own session outlived the run"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and a child subreaper: Linux")
+def test_a_deep_chain_of_escaped_processes_dies_and_an_exit_is_seen_while_they_hold_the_pipe(tmp_path):
+    """60 processes, each in its own session and each the parent of the next, all holding the answer
+    pipe; then the executor exits mid-case. The exit is seen at once (not at the case's time limit)
+    and the whole chain is killed, however deep."""
+    from radixlab.course.ex_match import cases
+    from radixlab.course.runner import run_exercise
+
+    mark = str(tmp_path / "mark")
+    probe = (
+        "import os, time\n"
+        "def match_prefix(root, tokens):\n"
+        f"    mark = {mark!r}\n"
+        "    if not os.path.exists(mark + '.spawned'):\n"
+        "        open(mark + '.spawned', 'w').close()\n"
+        "        if os.fork() == 0:\n"
+        "            for _ in range(60):\n"
+        "                if os.fork():\n"
+        "                    break\n"
+        "                os.setsid()\n"
+        "            time.sleep(3); open(mark + '.chain.%d' % os.getpid(), 'w').close(); time.sleep(30); os._exit(0)\n"
+        "        time.sleep(0.5)\n"
+        "        os._exit(3)\n"
+        "    return (0, 'x')\n")
+    args = [c.args for c in cases(7)][:2]
+    t0 = time.monotonic()
+    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+    assert run.defined, run.errors
+    assert "exited" in run.outcomes[0].get("raised", ""), run.outcomes[0]  # not a timeout
+    assert "answer" in run.outcomes[1], run.outcomes[1]
+    assert time.monotonic() - t0 < 15
+    time.sleep(4)
+    assert not list(tmp_path.glob("mark.chain.*")), "part of the chain outlived the run"

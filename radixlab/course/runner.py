@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -105,18 +106,22 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
         drive = f"{d.__module__}:{d.__qualname__}"
     run = ExerciseRun([{} for _ in cases])
     t0 = time.monotonic()
-    start = 0
-    adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
-    try:
-        _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout, total_timeout, t0)
-    finally:
-        if adopted:
-            _child_subreaper(False)
+    with _ONE_RUN:  # one run at a time per process: each run's sweep would take the other's processes
+        adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
+        try:
+            _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout,
+                           total_timeout, t0)
+        finally:
+            if adopted:
+                _child_subreaper(False)
     for k, o in enumerate(run.outcomes):
         if not o:
             run.outcomes[k] = {"error": run.stopped or "the executor stopped before this case"}
     run.seconds = round(time.monotonic() - t0, 2)
     return run
+
+
+_ONE_RUN = threading.Lock()
 
 
 def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
@@ -182,9 +187,14 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                     return None
                 run.outcomes[current] = {"timeout": case_timeout, "seconds": case_timeout}
                 return current + 1
-            if not sel.select(timeout=deadline - now):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
+            # A process the executor started may hold the pipe open after the executor itself
+            # exits: look at the executor too (every 0.1 s), not only for the pipe's end.
+            if not sel.select(timeout=min(deadline - now, 0.1)):
+                if proc.poll() is None:
+                    continue
+                chunk = b""  # exited, and nothing left unread in the pipe
+            else:
+                chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:  # the process ended
                 if not run.defined:
                     run.stopped = run.stopped or f"the executor exited while defining {function}"
@@ -254,13 +264,13 @@ def _child_subreaper(on: bool) -> bool:
     return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
 
 
-def _children() -> set[int]:
-    """Pids whose parent is this process (read from /proc; empty where there is none)."""
-    me, kids = os.getpid(), set()
+def _parents() -> dict[int, int]:
+    """{pid: parent pid} of every process /proc shows (empty where there is no /proc)."""
+    parents: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return kids
+        return parents
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -270,23 +280,41 @@ def _children() -> set[int]:
         except OSError:
             continue  # gone meanwhile
         fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
-        if len(fields) > 1 and int(fields[1]) == me:
-            kids.add(int(entry))
-    return kids
+        if len(fields) > 1:
+            parents[int(entry)] = int(fields[1])
+    return parents
 
 
-def _kill_adopted(ours: set[int], rounds: int = 50) -> None:
-    """Kill and reap every child of ours that was not ours before the executor started: orphans
-    of the submission that the subreaper flag handed to us. Killing one hands us its children in
-    turn, so repeat until none is left."""
-    for _ in range(rounds):
-        adopted = _children() - ours
+def _children() -> set[int]:
+    """Pids whose parent is this process."""
+    me = os.getpid()
+    return {pid for pid, parent in _parents().items() if parent == me}
+
+
+def _kill_adopted(ours: set[int], seconds: float = 10.0) -> None:
+    """Kill every process below each child of ours that was not ours before the executor started
+    (orphans of the submission that the subreaper flag handed to us, and all they started), all
+    at once, then reap those children. Killing a process hands us its children as they die, so
+    repeat until no new child is left (for at most ``seconds``)."""
+    me, deadline = os.getpid(), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        parents = _parents()
+        adopted = {pid for pid, parent in parents.items() if parent == me} - ours
         if not adopted:
             return
-        for pid in adopted:
+        below: dict[int, list[int]] = {}
+        for pid, parent in parents.items():
+            below.setdefault(parent, []).append(pid)
+        doomed, stack = set(), list(adopted)
+        while stack:  # each adopted child and everything below it
+            pid = stack.pop()
+            if pid not in doomed:
+                doomed.add(pid)
+                stack.extend(below.get(pid, ()))
+        for pid in doomed:
             try:
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
         for pid in adopted:
             try:
