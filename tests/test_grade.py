@@ -635,30 +635,37 @@ def test_a_check_without_a_spec_is_listed_for_marking_by_hand(tmp_path):
     assert row["check"] == "check_answer" and row["status"] == "manual" and "mark by hand" in row["reason"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and a child subreaper: Linux")
-def test_processes_a_submission_forks_do_not_outlive_the_run(tmp_path):
-    """A child left in the executor's process group, and a grandchild that escaped it (a double fork
-    with setsid), are both killed when the run ends: neither writes its file a moment later."""
+def _run_first_case_once(first_case: str, mark: str):
+    """Run 01.1 (two cases) on a match_prefix that runs ``first_case`` (indented 8 spaces, may use
+    ``os``, ``time`` and ``mark``) in its first case only, then answers (0, 'x')."""
     from radixlab.course.ex_match import cases
     from radixlab.course.runner import run_exercise
 
-    mark = str(tmp_path / "mark")
     probe = (
         "import os, time\n"
         "def match_prefix(root, tokens):\n"
         f"    mark = {mark!r}\n"
         "    if not os.path.exists(mark + '.spawned'):\n"
         "        open(mark + '.spawned', 'w').close()\n"
+        + first_case +
+        "    return (0, 'x')\n")
+    args = [c.args for c in cases(7)][:2]
+    return run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and a child subreaper: Linux")
+def test_processes_a_submission_forks_do_not_outlive_the_run(tmp_path):
+    """A child left in the executor's process group, and a grandchild that escaped it (a double fork
+    with setsid), are both killed when the run ends: neither writes its file a moment later."""
+    mark = str(tmp_path / "mark")
+    run = _run_first_case_once(
         "        if os.fork() == 0:\n"
         "            time.sleep(2); open(mark + '.group', 'w').close(); os._exit(0)\n"
         "        if os.fork() == 0:\n"
         "            os.setsid()\n"
         "            if os.fork() == 0:\n"
         "                time.sleep(2); open(mark + '.session', 'w').close(); os._exit(0)\n"
-        "            os._exit(0)\n"
-        "    return (0, 'x')\n")
-    args = [c.args for c in cases(7)][:2]
-    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+        "            os._exit(0)\n", mark)
     assert run.defined, run.errors
     assert os.path.exists(mark + ".spawned")
     time.sleep(3)
@@ -671,16 +678,8 @@ def test_a_deep_chain_of_escaped_processes_dies_and_an_exit_is_seen_while_they_h
     """60 processes, each in its own session and each the parent of the next, all holding the answer
     pipe; then the executor exits mid-case. The exit is seen at once (not at the case's time limit)
     and the whole chain is killed, however deep."""
-    from radixlab.course.ex_match import cases
-    from radixlab.course.runner import run_exercise
-
-    mark = str(tmp_path / "mark")
-    probe = (
-        "import os, time\n"
-        "def match_prefix(root, tokens):\n"
-        f"    mark = {mark!r}\n"
-        "    if not os.path.exists(mark + '.spawned'):\n"
-        "        open(mark + '.spawned', 'w').close()\n"
+    t0 = time.monotonic()
+    run = _run_first_case_once(
         "        if os.fork() == 0:\n"
         "            for _ in range(60):\n"
         "                if os.fork():\n"
@@ -688,11 +687,7 @@ def test_a_deep_chain_of_escaped_processes_dies_and_an_exit_is_seen_while_they_h
         "                os.setsid()\n"
         "            time.sleep(3); open(mark + '.chain.%d' % os.getpid(), 'w').close(); time.sleep(30); os._exit(0)\n"
         "        time.sleep(0.5)\n"
-        "        os._exit(3)\n"
-        "    return (0, 'x')\n")
-    args = [c.args for c in cases(7)][:2]
-    t0 = time.monotonic()
-    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+        "        os._exit(3)\n", str(tmp_path / "mark"))
     assert run.defined, run.errors
     assert "exited" in run.outcomes[0].get("raised", ""), run.outcomes[0]  # not a timeout
     assert "answer" in run.outcomes[1], run.outcomes[1]
