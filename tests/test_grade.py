@@ -421,6 +421,17 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
               "    return string.Formatter().get_field('0.Radix' + 'Tree', [root], {})[0]"], ".get_field"),
     ("01.1", ["def match_prefix(root, tokens):\n    return dict(inspect.signature(root))"],  # notebook 01 imports inspect
      "uses inspect, imported from a reflection"),
+    # a binding of its own would exempt the name from the checks above
+    ("01.1", ["getattr = getattr\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    T = getattr(t, 'Radix' + 'Tree')\n    return T().match(tokens)"], "binds getattr"),
+    ("01.1", ["from functools import partial as getattr\ndef match_prefix(root, tokens):\n    return getattr(root)"],
+     "as getattr"),
+    ("02.1", ["def split(node, idx, run=None, exec=exec):\n    exec('import radixlab')\n    raise NotImplementedError()"],
+     "binds exec as a parameter"),
+    ("01.1", ["def match_prefix(root, tokens, inspect=inspect):\n    return inspect.stack()"], "uses inspect"),
+    ("04.1", ["RadixCache = RadixCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match(q))"],
+     "rebinds RadixCache"),
+    ("02.1", ["def split(node, idx):\n    for vars in [1]:\n        pass\n    raise NotImplementedError()"], "binds vars"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)

@@ -301,15 +301,34 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                     isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
             handed.append(n)
 
+    # names an answer may not bind (assign, take as a parameter, import as, delete): a binding of its own
+    # would exempt every later use from the checks below (``getattr = getattr``, ``inspect = inspect``)
+    no_rebind = REFLECTION | DYNAMIC_CALLS | dynamic
+
     def visit(node: ast.AST, local: set[str]) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for child in ast.iter_child_nodes(node):
-                visit(child, local | _function_locals(node))
+            args = node.args
+            params = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+            for a in params:
+                if a.arg in no_rebind:
+                    at(node, f"binds {a.arg} as a parameter (a reflection name: choose another name)")
+            # decorators, defaults and annotations are evaluated where the function is defined: outside it
+            outside = list(getattr(node, "decorator_list", [])) + args.defaults + [d for d in args.kw_defaults if d]
+            outside += [a.annotation for a in params if a.annotation] + [getattr(node, "returns", None)]
+            for child in (c for c in outside if c is not None):
+                visit(child, local)
+            inner = local | _function_locals(node)
+            for child in (node.body if isinstance(node.body, list) else [node.body]):
+                visit(child, inner)
             return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in no_rebind:
+            at(node, f"binds {node.id} (a reflection name: choose another name)")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else None
             for alias in node.names:
                 full = f"{module}.{alias.name}" if module else alias.name
+                if (alias.asname or alias.name.split(".")[0]) in REFLECTION | DYNAMIC_CALLS:
+                    at(node, f"imports {full} as {alias.asname or alias.name} (a reflection name: choose another name)")
                 if full.startswith("radixlab.course") or (module or "").startswith("radixlab.course"):
                     at(node, f"imports {full} (the grader's package: write your own)")
                 elif prefixes and (full.startswith(prefixes) or (module or "").startswith(prefixes)):
@@ -356,6 +375,13 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             elif name in REFLECTION:
                 direct.add(id(node.func))
                 at(node, f"calls {name}() (reflection is not allowed in a graded answer)")
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            # ``RadixCache = RadixCache``: the value reads radixlab's name before the binding makes it the student's
+            bound = {t.id for tt in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                     for t in ast.walk(tt) if isinstance(t, ast.Name)}
+            for n in ast.walk(node.value):
+                if isinstance(n, ast.Name) and n.id in bound & forbidden and n.id not in local:
+                    at(node, f"rebinds {n.id} from radixlab's own {n.id}: write your own")
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in (t for tt in targets for t in (tt.elts if isinstance(tt, (ast.Tuple, ast.List)) else [tt])):
