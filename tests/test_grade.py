@@ -432,6 +432,10 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("04.1", ["RadixCache = RadixCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match(q))"],
      "rebinds RadixCache"),
     ("02.1", ["def split(node, idx):\n    for vars in [1]:\n        pass\n    raise NotImplementedError()"], "binds vars"),
+    ("02.1", ["def split(node, idx):\n    match 1:\n        case getattr:\n            pass\n    raise NotImplementedError()"],
+     "binds getattr"),
+    ("02.1", ["def split(node, idx):\n    try:\n        pass\n    except Exception as setattr:\n        pass\n"
+              "    raise NotImplementedError()"], "binds setattr"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
 def test_review_rejects_shortcuts(exercise, cells, evidence):
     findings = _review(exercise, cells)

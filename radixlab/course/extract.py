@@ -321,8 +321,11 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             for child in (node.body if isinstance(node.body, list) else [node.body]):
                 visit(child, inner)
             return
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in no_rebind:
-            at(node, f"binds {node.id} (a reflection name: choose another name)")
+        bound_here = node.id if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) else \
+            getattr(node, "rest", None) if isinstance(node, ast.MatchMapping) else \
+            getattr(node, "name", None) if isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) else None
+        if bound_here in no_rebind:
+            at(node, f"binds {bound_here} (a reflection name: choose another name)")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else None
             for alias in node.names:
