@@ -427,7 +427,19 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("01.1", ["from functools import partial as getattr\ndef match_prefix(root, tokens):\n    return getattr(root)"],
      "as getattr"),
     ("02.1", ["def split(node, idx, run=None, exec=exec):\n    exec('import radixlab')\n    raise NotImplementedError()"],
-     "binds exec as a parameter"),
+     "uses exec as a value"),
+    ("02.1", ["E = [eval]\ndef split(node, idx):\n    return E[0]('1')"], "uses eval as a value"),
+    ("01.1", ["if 0:\n    def getattr(o, n):\n        pass\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
+              "    return getattr(t, 'Radix' + 'Tree')"], "binds getattr"),
+    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n    class K:\n        def getattr(self):\n"
+              "            pass\n    return getattr(t, 'Radix' + 'Tree')"], "computed name"),  # K's method is not a local
+    ("01.1", ["from operator import *\ndef match_prefix(root, tokens):\n    return attrgetter('x')(root)"], "imports *"),
+    ("04.1", ["import pkgutil\ndef longest_cached_prefix(q, ns, paths, p):\n    return pkgutil.resolve_name('x:y')(q)"],
+     "imports pkgutil"),
+    ("02.1", ["import typing\ndef split(node, idx):\n    def h(x: 'node'):\n        pass\n"
+              "    return typing.get_type_hints(h, localns={'node': node})"], ".get_type_hints"),
+    ("01.1", ["for RadixTree in [RadixTree]:\n    pass\ndef match_prefix(root, tokens):\n    return RadixTree"],
+     "rebinds RadixTree"),
     ("01.1", ["def match_prefix(root, tokens, inspect=inspect):\n    return inspect.stack()"], "uses inspect"),
     ("04.1", ["RadixCache = RadixCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match(q))"],
      "rebinds RadixCache"),
@@ -443,6 +455,10 @@ def test_review_rejects_shortcuts(exercise, cells, evidence):
 
 
 @pytest.mark.parametrize("exercise, cells", [
+    ("04.1", ["def longest_cached_prefix(q, ns, paths, p, compile=False):\n    if p <= 0:\n        raise ValueError('p')\n"
+              "    best = 0\n    for t, n in paths:\n        if n != ns:\n            continue\n        c = 0\n"
+              "        for dir in (1,):\n            while c < min(len(q), len(t)) and q[c] == t[c]:\n                c += dir\n"
+              "        open = c // p * p\n        best = max(best, open)\n    return best"]),  # dir, open, compile: honest names
     ("04.1", ["import operator, itertools\ndef longest_cached_prefix(q, ns, paths, p):\n    if p <= 0:\n        raise ValueError('p')\n"
               "    best = 0\n    for t, n in sorted(paths, key=operator.itemgetter(1)):\n        if n == ns:\n"
               "            c = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(q, t)))\n"

@@ -27,7 +27,7 @@ DYNAMIC_MODULES = {"importlib", "inspect", "ctypes", "gc", "builtins", "sys", "o
                    "IPython", "pathlib", "shutil", "tempfile", "io", "socket", "asyncio", "concurrent",
                    "site", "sysconfig", "code", "codeop", "posix", "nt", "pty", "resource", "faulthandler",
                    "traceback", "copyreg", "weakref", "pdb", "bdb", "dis", "trace", "cProfile",
-                   "profile", "tracemalloc"}
+                   "profile", "tracemalloc", "pkgutil", "pydoc", "timeit", "doctest", "annotationlib"}
 """Modules a graded answer may not import: reflection, process control, files (the grader's files included)."""
 SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "gi_frame",
                     "cr_frame", "ag_frame", "tb_next", "f_code", "f_trace", "gi_code", "cr_code", "ag_code",
@@ -35,7 +35,8 @@ SUSPICIOUS_ATTRS = {"modules", "_getframe", "f_globals", "f_locals", "f_back", "
                     "getouterframes", "getinnerframes", "attrgetter", "methodcaller", "write_text", "write_bytes",
                     "unlink", "rmtree", "system", "popen", "spawn", "fork", "kill", "setrecursionlimit", "settrace",
                     "setprofile", "course", "get_field", "get_value", "vformat", "Formatter", "getmembers",
-                    "getmembers_static", "getattr_static"}
+                    "getmembers_static", "getattr_static", "get_type_hints", "ForwardRef", "_eval_type",
+                    "evaluate_forward_ref"}
 REFLECTION = {"getattr", "hasattr", "setattr", "delattr", "vars", "globals", "locals", "dir"}
 """Builtins that reach attributes or namespaces by name: only ``getattr``/``hasattr`` called directly with a
 constant, ordinary attribute name pass (``getattr(x, "key", None)``); as a value (``g = getattr``,
@@ -89,14 +90,25 @@ def _bound_names(stmt: ast.stmt) -> set[str]:
         return {stmt.name}
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return {(a.asname or a.name.split(".")[0]) for a in stmt.names}
+    return _names_bound_in([stmt])
+
+
+def _names_bound_in(nodes: list[ast.AST]) -> set[str]:
+    """Names these nodes bind in their own scope: a nested function or class binds its name there,
+    and what its body binds stays in its own scope; an annotation without a value binds nothing."""
     names: set[str] = set()
-    stack: list[ast.AST] = [stmt]
+    stack: list[ast.AST] = list(nodes)
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+            stack.extend(node.decorator_list)  # evaluated here, unlike the body
+            continue
+        elif isinstance(node, ast.Lambda):
+            continue
+        elif isinstance(node, ast.AnnAssign) and node.value is None:
             continue
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name.split(".")[0]) for a in node.names}
@@ -110,16 +122,11 @@ def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) ->
     names |= {a.arg for a in (args.vararg, args.kwarg) if a}
     body = fn.body if isinstance(fn.body, list) else [fn.body]
     declared_global: set[str] = set()
-    for node in (n for b in body for n in ast.walk(b)):
-        if isinstance(node, ast.Global):
-            declared_global |= set(node.names)
-        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {(a.asname or a.name.split(".")[0]) for a in node.names}
-    return names - declared_global
+    for node in body:  # ``global`` anywhere in the function's own scope (not in nested functions)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Global):
+                declared_global |= set(n.names)
+    return (names | _names_bound_in(body)) - declared_global
 
 
 def free_names(stmt: ast.stmt) -> set[str]:
@@ -303,15 +310,15 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
 
     # names an answer may not bind (assign, take as a parameter, import as, delete): a binding of its own
     # would exempt every later use from the checks below (``getattr = getattr``, ``inspect = inspect``)
-    no_rebind = REFLECTION | DYNAMIC_CALLS | dynamic
+    # (``dir`` and ``open`` excepted: honest names for a direction or a flag, and harmless as builtins here)
+    no_rebind = (REFLECTION | DYNAMIC_CALLS | dynamic) - {"dir", "open"}
 
     def visit(node: ast.AST, local: set[str]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in no_rebind:
+            at(node, f"binds {node.name} (a reflection name: choose another name)")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             args = node.args
             params = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
-            for a in params:
-                if a.arg in no_rebind:
-                    at(node, f"binds {a.arg} as a parameter (a reflection name: choose another name)")
             # decorators, defaults and annotations are evaluated where the function is defined: outside it
             outside = list(getattr(node, "decorator_list", [])) + args.defaults + [d for d in args.kw_defaults if d]
             outside += [a.annotation for a in params if a.annotation] + [getattr(node, "returns", None)]
@@ -323,15 +330,16 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             return
         bound_here = node.id if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) else \
             getattr(node, "rest", None) if isinstance(node, ast.MatchMapping) else \
-            getattr(node, "name", None) if isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) else None
+            getattr(node, "name", None) if isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler,
+                                                             ast.ClassDef)) else None
         if bound_here in no_rebind:
             at(node, f"binds {bound_here} (a reflection name: choose another name)")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             module = node.module if isinstance(node, ast.ImportFrom) else None
             for alias in node.names:
                 full = f"{module}.{alias.name}" if module else alias.name
-                if (alias.asname or alias.name.split(".")[0]) in REFLECTION | DYNAMIC_CALLS:
-                    at(node, f"imports {full} as {alias.asname or alias.name} (a reflection name: choose another name)")
+                if alias.name == "*":
+                    at(node, f"imports * from {module} (name what you import: a star import hides it from this review)")
                 if full.startswith("radixlab.course") or (module or "").startswith("radixlab.course"):
                     at(node, f"imports {full} (the grader's package: write your own)")
                 elif prefixes and (full.startswith(prefixes) or (module or "").startswith(prefixes)):
@@ -340,6 +348,8 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                     at(node, f"imports {alias.name}, radixlab's own answer: write your own")
                 elif full.split(".")[0] in DYNAMIC_MODULES or alias.name in SUSPICIOUS_ATTRS:
                     at(node, f"imports {full} (reflection and process control are not allowed in a graded answer)")
+                elif (alias.asname or alias.name.split(".")[0]) in no_rebind:
+                    at(node, f"imports {full} as {alias.asname or alias.name} (a reflection name: choose another name)")
         elif isinstance(node, ast.Name) and node.id in forbidden and node.id not in local and node.id not in own:
             at(node, f"uses {node.id}, radixlab's own answer: write your own")
         elif isinstance(node, ast.Name) and prefixes and node.id in blocked and node.id not in local:
@@ -361,6 +371,9 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                 and id(node) not in direct:
             at(node, f"uses {node.id} as a value (reflection is not allowed in a graded answer: "
                      f"call getattr(obj, \"name\") directly with a constant name)")
+        elif isinstance(node, ast.Name) and node.id in DYNAMIC_CALLS and node.id not in local | own \
+                and id(node) not in direct:
+            at(node, f"uses {node.id} as a value (dynamic code is not allowed in a graded answer)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in local | own:
             name = node.func.id
             if name in DYNAMIC_CALLS:
@@ -378,11 +391,13 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             elif name in REFLECTION:
                 direct.add(id(node.func))
                 at(node, f"calls {name}() (reflection is not allowed in a graded answer)")
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension)) \
+                and getattr(node, "value", getattr(node, "iter", None)) is not None:
             # ``RadixCache = RadixCache``: the value reads radixlab's name before the binding makes it the student's
+            value = node.iter if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else node.value
             bound = {t.id for tt in (node.targets if isinstance(node, ast.Assign) else [node.target])
                      for t in ast.walk(tt) if isinstance(t, ast.Name)}
-            for n in ast.walk(node.value):
+            for n in ast.walk(value):
                 if isinstance(n, ast.Name) and n.id in bound & forbidden and n.id not in local:
                     at(node, f"rebinds {n.id} from radixlab's own {n.id}: write your own")
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
