@@ -725,3 +725,46 @@ def test_a_deep_chain_of_escaped_processes_dies_and_an_exit_is_seen_while_they_h
     assert time.monotonic() - t0 < 15
     time.sleep(4)
     assert not list(tmp_path.glob("mark.chain.*")), "part of the chain outlived the run"
+
+
+def test_what_the_executor_wrote_just_before_it_exited_is_read(monkeypatch):
+    """The executor answers case 0, then exits in case 1. Even when the grader looks at the process only
+    after it has exited (here: every poll() is late), the lines it wrote first are read, not lost."""
+    import subprocess
+
+    from radixlab.course.ex_match import cases
+    from radixlab.course.runner import run_exercise
+
+    probe = ("import os\n"
+             "def match_prefix(root, tokens, _roots=[]):\n"
+             "    if not any(r is root for r in _roots):\n        _roots.append(root)\n"
+             "    if len(_roots) == 2:\n        os._exit(0)\n"
+             "    return (0, 'x')\n")
+    real = subprocess.Popen.poll
+
+    def late_poll(self):
+        time.sleep(0.3)
+        return real(self)
+    monkeypatch.setattr(subprocess.Popen, "poll", late_poll)
+    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], [c.args for c in cases(7)][:2], 20, 60, 120)
+    assert run.defined, (run.errors, run.stopped)
+    assert "answer" in run.outcomes[0] and "exited" in run.outcomes[1].get("raised", ""), run.outcomes
+
+
+def test_a_comprehension_variable_stays_in_the_comprehension():
+    """Python 3 comprehensions have their own scope: a loop variable named like radixlab's class does
+    not make later uses of the class the student's own, nor hide the statement that defines a helper."""
+    from radixlab.course.exercises import all_specs
+    from radixlab.course.extract import course_statements, extract
+
+    findings = _review("04.1", ["[0 for RadixCache in ()]\ndef longest_cached_prefix(q, ns, paths, p):\n"
+                                "    return len(RadixCache(p).match(q))"])
+    assert any("uses RadixCache" in f for f in findings), findings
+    spec = all_specs()["01.1"]
+    nb = nbformat.read(lesson_with(spec.function), as_version=4)
+    base = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    cells = ["def node_len(n):\n    return 1", "def match_prefix(root, tokens):\n    return (node_len(root), None)",
+             "print([node_len for node_len in range(3)])"]
+    ex = extract(base + [(100 + k, src) for k, src in enumerate(cells)], spec.function,
+                 course_statements([s for _, s in base]))
+    assert [s.cell for s in ex.statements if not s.course] == [100, 101]  # the def, not the print

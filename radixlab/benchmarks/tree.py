@@ -419,7 +419,8 @@ def _floor_lanes(op: str, form: str, qs: list[list[int]], twin: Callable[[], Rad
 def _rotated(items: list, k: int, parts: int = 4) -> list:
     """``items`` started k parts (of ``parts``) in: at call i each floor lane reads another request
     than the trees' lanes and the other floor lanes do (within one call i the lanes run back to
-    back), so no lane finds a request's bytes or nodes fresh in the CPU's caches from another."""
+    back; with fewer items than ``parts`` some lanes share a start), so no lane finds a request's
+    bytes fresh in the CPU's caches from another."""
     if not 0 <= k < parts:
         raise ValueError(f"k must be in [0, {parts}), got {k}")
     shift = k * len(items) // parts

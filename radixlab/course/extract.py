@@ -108,6 +108,9 @@ def _names_bound_in(nodes: list[ast.AST]) -> set[str]:
             continue
         elif isinstance(node, ast.Lambda):
             continue
+        elif isinstance(node, COMPREHENSIONS):  # only a walrus inside binds out here
+            names |= {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)}
+            continue
         elif isinstance(node, ast.AnnAssign) and node.value is None:
             continue
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -116,13 +119,32 @@ def _names_bound_in(nodes: list[ast.AST]) -> set[str]:
     return names
 
 
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _comprehension_scopes(node: ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp,
+                          local: set[str]) -> list[tuple[ast.AST, set[str]]]:
+    """(part, names local to it) for a comprehension: its first iterable runs in the enclosing scope,
+    everything else in its own, where its loop variables are bound (they do not leak out)."""
+    gens = node.generators
+    inner = local | {n.id for g in gens for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    parts: list[tuple[ast.AST, set[str]]] = [(gens[0].iter, local)]
+    for k, g in enumerate(gens):
+        parts.append((g.target, inner))
+        if k:
+            parts.append((g.iter, inner))
+        parts += [(cond, inner) for cond in g.ifs]
+    parts += [(p, inner) for p in ((node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,))]
+    return parts
+
+
 def _function_locals(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
     args = fn.args
     names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
     names |= {a.arg for a in (args.vararg, args.kwarg) if a}
     body = fn.body if isinstance(fn.body, list) else [fn.body]
     declared_global: set[str] = set()
-    for node in body:  # ``global`` anywhere in the function's own scope (not in nested functions)
+    for node in body:  # ``global`` anywhere in its body, nested functions included (the safe side)
         for n in ast.walk(node):
             if isinstance(n, ast.Global):
                 declared_global |= set(n.names)
@@ -145,6 +167,10 @@ def free_names(stmt: ast.stmt) -> set[str]:
             inner = local | _function_locals(node)
             for n in (node.body if isinstance(node.body, list) else [node.body]):
                 visit(n, inner)
+            return
+        if isinstance(node, COMPREHENSIONS):
+            for part, scope in _comprehension_scopes(node, local):
+                visit(part, scope)
             return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
             used.add(node.id)
@@ -308,12 +334,26 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
                     isinstance(parent.func, ast.Name) and parent.func.id in SAFE_CLASS_USERS)):
             handed.append(n)
 
-    # names an answer may not bind (assign, take as a parameter, import as, delete): a binding of its own
-    # would exempt every later use from the checks below (``getattr = getattr``, ``inspect = inspect``)
+    # names an answer may not bind (assign, def, import as, delete, capture): a binding of its own would
+    # exempt every later use from the checks below (``getattr = getattr``). A parameter may carry such a
+    # name: nothing can hand it the builtin without a load the checks below see (``e=exec`` as a default)
     # (``dir`` and ``open`` excepted: honest names for a direction or a flag, and harmless as builtins here)
     no_rebind = (REFLECTION | DYNAMIC_CALLS | dynamic) - {"dir", "open"}
 
+    def self_rebinding(node: ast.AST, targets: list[ast.AST], value: ast.AST, local: set[str]) -> None:
+        """``RadixCache = RadixCache``: the value reads radixlab's name before the binding makes it the student's."""
+        bound = {t.id for tt in targets for t in ast.walk(tt) if isinstance(t, ast.Name)}
+        for n in ast.walk(value):
+            if isinstance(n, ast.Name) and n.id in bound & forbidden and n.id not in local:
+                at(node, f"rebinds {n.id} from radixlab's own {n.id}: write your own")
+
     def visit(node: ast.AST, local: set[str]) -> None:
+        if isinstance(node, COMPREHENSIONS):
+            for g in node.generators:
+                self_rebinding(g, [g.target], g.iter, local)
+            for part, scope in _comprehension_scopes(node, local):
+                visit(part, scope)
+            return
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in no_rebind:
             at(node, f"binds {node.name} (a reflection name: choose another name)")
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -391,15 +431,10 @@ def _review_statement(stmt: ast.stmt, forbidden: set[str], imported: set[str], o
             elif name in REFLECTION:
                 direct.add(id(node.func))
                 at(node, f"calls {name}() (reflection is not allowed in a graded answer)")
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension)) \
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor)) \
                 and getattr(node, "value", getattr(node, "iter", None)) is not None:
-            # ``RadixCache = RadixCache``: the value reads radixlab's name before the binding makes it the student's
-            value = node.iter if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) else node.value
-            bound = {t.id for tt in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                     for t in ast.walk(tt) if isinstance(t, ast.Name)}
-            for n in ast.walk(value):
-                if isinstance(n, ast.Name) and n.id in bound & forbidden and n.id not in local:
-                    at(node, f"rebinds {n.id} from radixlab's own {n.id}: write your own")
+            value = node.iter if isinstance(node, (ast.For, ast.AsyncFor)) else node.value
+            self_rebinding(node, node.targets if isinstance(node, ast.Assign) else [node.target], value, local)
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for target in (t for tt in targets for t in (tt.elts if isinstance(tt, (ast.Tuple, ast.List)) else [tt])):

@@ -189,12 +189,12 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                 return current + 1
             # A process the executor started may hold the pipe open after the executor itself
             # exits: look at the executor too (every 0.1 s), not only for the pipe's end.
-            if not sel.select(timeout=min(deadline - now, 0.1)):
-                if proc.poll() is None:
-                    continue
-                chunk = b""  # exited, and nothing left unread in the pipe
+            if sel.select(timeout=min(deadline - now, 0.1)) or (proc.poll() is not None and sel.select(timeout=0)):
+                chunk = os.read(proc.stdout.fileno(), 65536)  # (what it wrote just before it exited, too)
+            elif proc.poll() is None:
+                continue
             else:
-                chunk = os.read(proc.stdout.fileno(), 65536)
+                chunk = b""  # exited, and nothing left unread in the pipe
             if not chunk:  # the process ended
                 if not run.defined:
                     run.stopped = run.stopped or f"the executor exited while defining {function}"
@@ -316,8 +316,15 @@ def _kill_adopted(ours: set[int], seconds: float = 10.0) -> None:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for pid in adopted:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
+        waiting = set(adopted)
+        while waiting and time.monotonic() < deadline:  # reap, never blocking past the deadline
+            for pid in list(waiting):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        waiting.discard(pid)
+                except ChildProcessError:
+                    waiting.discard(pid)
+            if waiting:
+                time.sleep(0.01)
+        if waiting:
+            return  # what would not die (not ours to kill, or stuck in the kernel) is left to the container
