@@ -152,9 +152,23 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
     if num_tokens == 0:
         return True
     start = req.seq_len
-    last_loc = int(req_to_token_pool.req_to_token[req.req_pool_idx, start - 1]) if start else -1
+    if alloc_at(cache, req.req_pool_idx, start, num_tokens, on_evict) is None:
+        return False
+    req.fill_ids = target[: start + num_tokens]
+    return True
+
+
+def alloc_at(cache: RadixCache, row: int, start: int, num_tokens: int,
+             on_evict: Callable[[int], None] | None = None) -> torch.Tensor | None:
+    """Slots for positions ``start .. start + num_tokens - 1`` of request row ``row``, written into it;
+    they continue the page of the row's slot at ``start - 1``. When the allocator is short the cache
+    evicts just enough unlocked leaves (``on_evict(tokens evicted)``; SGLang: ``evict_from_tree_cache``);
+    None if it is still short (the row unchanged). ``extend`` uses it, and the overlap scheduler,
+    which allocates ahead of the tokens it has seen."""
+    req_to_token_pool, allocator = _pools(cache)
+    last_loc = int(req_to_token_pool.req_to_token[row, start - 1]) if start else -1
     slots = allocator.alloc_extend(start, last_loc, num_tokens)
-    if slots is None:  # the pool is short: evict unlocked leaves (SGLang: evict_from_tree_cache)
+    if slots is None:  # the pool is short: evict unlocked leaves
         room = min((-start) % allocator.page_size, num_tokens)
         need = -(-(num_tokens - room) // allocator.page_size) * allocator.page_size
         evicted = cache.evict(need - allocator.available_size())
@@ -162,10 +176,9 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
             on_evict(evicted)
         slots = allocator.alloc_extend(start, last_loc, num_tokens)
         if slots is None:
-            return False
-    req_to_token_pool.write(req.req_pool_idx, start, slots)
-    req.fill_ids = target[: start + num_tokens]
-    return True
+            return None
+    req_to_token_pool.write(row, start, slots)
+    return slots
 
 
 def release(req: Request, cache: RadixCache, on_cached: Callable[[], None] | None = None) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ..model.forward_batch import ForwardBatch, ForwardMode
+from ..request import alloc_at
 from .device_backend import DeviceBackend, Launch
 from .model_runner import ModelRunner
 from .schedule_batch import Req, ScheduleBatch
@@ -151,17 +152,13 @@ class OverlapScheduler(Scheduler):
         return len(req.output_ids) + self._pending.get(id(req), 0)
 
     def _alloc_one(self, req: Req, pos: int, batch: ScheduleBatch) -> torch.Tensor:
-        allocator, pool = self.token_to_kv_pool_allocator, self.req_to_token_pool
-        last_loc = int(pool.req_to_token[req.req_pool_idx, pos - 1]) if pos else -1
-        slots = allocator.alloc_extend(pos, last_loc, 1)
-        if slots is None:
-            batch.evicted_tokens += self.tree_cache.evict(allocator.page_size)
-            slots = allocator.alloc_extend(pos, last_loc, 1)
-            if slots is None:
-                raise RuntimeError(f"KV pool exhausted while decoding request {req.rid!r} (a bug: admission reserves it)")
-        pool.write(req.req_pool_idx, pos, slots)
+        """The slot of position ``pos`` (the allocated length: ahead of ``req.seq_len`` while tokens are in flight)."""
+        evicted: list[int] = []
+        if alloc_at(self.tree_cache, req.req_pool_idx, pos, 1, on_evict=evicted.append) is None:
+            raise RuntimeError(f"KV pool exhausted while decoding request {req.rid!r} (a bug: admission reserves it)")
+        batch.evicted_tokens += sum(evicted)
         self._alloc_len[id(req)] = pos + 1
-        return pool.req_to_token[req.req_pool_idx, pos:pos + 1]
+        return self.req_to_token_pool.req_to_token[req.req_pool_idx, pos:pos + 1]
 
     # -- 2. launch ------------------------------------------------------------------------------
 
