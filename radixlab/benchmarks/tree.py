@@ -214,6 +214,14 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
     if not mid:
         del queries["mid-edge hit (split)"]
     out: dict = {"ops": {}, "agree": True, "floors": {}, "faults_per_call": {}}
+
+    def timed(label: str, lanes: list, check: Callable[[int, dict], None]) -> None:
+        """Run ``lanes`` interleaved; the trees' times go to ``ops[label]``, the floor lanes' to ``floors``."""
+        times, faults = interleaved(lanes, check)
+        out["ops"][label] = {name: stats(t) for name, t in times.items() if name in caches}
+        out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
+        out["faults_per_call"][label] = faults
+
     for op, (qs_all, expect_all) in queries.items():
         for j, form in enumerate(forms):
             qs, expect = qs_all, expect_all
@@ -237,10 +245,7 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                     if sides[0].hit_len(res[name]) != want[i] or not torch.equal(first.device_indices,
                                                                                   res[name].device_indices):
                         out["agree"] = False
-            times, faults = interleaved(lanes, check)
-            out["ops"][f"{op} ({form})"] = {name: stats(t) for name, t in times.items() if name in caches}
-            out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
-            out["faults_per_call"][f"{op} ({form})"] = faults
+            timed(f"{op} ({form})", lanes, check)
     for form in forms:  # insert: a cached system prompt + a new turn; each side gets its own requests
         lanes = []
         for s in sides:
@@ -264,10 +269,7 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 r = res[name]
                 if (r if isinstance(r, int) else r.prefix_len) != wl.system_len:
                     out["agree"] = False
-        times, faults = interleaved(lanes, check_insert)
-        out["ops"][f"insert ({form})"] = {name: stats(t) for name, t in times.items() if name in caches}
-        out["floors"].update({name: stats(t) for name, t in times.items() if name not in caches})
-        out["faults_per_call"][f"insert ({form})"] = faults
+        timed(f"insert ({form})", lanes, check_insert)
     return out
 
 
