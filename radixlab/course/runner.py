@@ -189,12 +189,12 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                 return current + 1
             # A process the executor started may hold the pipe open after the executor itself
             # exits: look at the executor too (every 0.1 s), not only for the pipe's end.
-            if sel.select(timeout=min(deadline - now, 0.1)) or (proc.poll() is not None and sel.select(timeout=0)):
-                chunk = os.read(proc.stdout.fileno(), 65536)  # (what it wrote just before it exited, too)
-            elif proc.poll() is None:
-                continue
-            else:
-                chunk = b""  # exited, and nothing left unread in the pipe
+            ready = sel.select(timeout=min(deadline - now, 0.1))
+            if not ready:
+                if proc.poll() is None:  # asked once: its answer must hold for the look at the pipe below
+                    continue
+                ready = sel.select(timeout=0)  # exited: what it wrote just before is still to be read
+            chunk = os.read(proc.stdout.fileno(), 65536) if ready else b""  # b"": exited, nothing left unread
             if not chunk:  # the process ended
                 if not run.defined:
                     run.stopped = run.stopped or f"the executor exited while defining {function}"
