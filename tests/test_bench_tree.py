@@ -321,3 +321,23 @@ def test_path_memo_cost_counts_each_node_s_whole_path():
     assert cost["memo_bytes_per_token"] == pytest.approx(8 * cost["growth"])
     with pytest.raises(ValueError, match="cache must hold"):
         bt.path_memo_cost(RadixCache())
+
+
+def test_ladders_and_the_bytes_eq_target_from_a_record_built_by_hand():
+    def med(us):
+        return {"median_us": us, "p90_us": us}
+    rec = {"reference": {
+        "ops": {"full-hit match (key)": {"fast": med(6), "sglang": med(20)}, "insert (key)": {"fast": med(8), "sglang": med(20)}},
+        "floors": {bt.FLOOR_CAT: med(2), bt.FLOOR_MATCH: med(4), bt.FLOOR_BARE_MATCH: med(5), bt.FLOOR_BARE_WALK: med(3)}}}
+    lines = bt.format_ladders(rec)
+    assert lines[0] == "full-hit match (key): SGLang 20.0 µs" and len(lines) == 7  # the insert has no floors here
+    assert "2.0 µs = 0.10x SGLang" in lines[1] and "5.0 µs = 0.25x SGLang" in lines[3]
+    assert "6.0 µs = 0.30x SGLang" in lines[4] and "1.0 µs = 17% of it beyond the bare walk" in lines[4]
+    assert lines[5].startswith("   no copy:") and "3.0 µs = 0.15x SGLang" in lines[5] and lines[6] == ""
+    t = bt.bytes_eq_target(6.0, 2.5, 2.0, 100.0)
+    assert t["full_x"] == pytest.approx(60) and t["copy_x"] == pytest.approx(25) and t["walk_x"] == pytest.approx(20)
+    assert not t["met"] and t["copy_over"] and not t["walk_over"]  # 20x exactly is not over
+    assert bt.bytes_eq_target(1.5, 1.0, None, 100.0) == {"limit": 20.0, "full_x": pytest.approx(15), "copy_x": pytest.approx(10),
+                                                          "walk_x": None, "met": True, "copy_over": False, "walk_over": False}
+    with pytest.raises(ValueError, match="bytes_eq_ns"):
+        bt.bytes_eq_target(1, 1, 1, 0)

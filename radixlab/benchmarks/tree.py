@@ -899,6 +899,48 @@ def target_verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+# (op, its floor lanes from the least work up, another design's floor): notebook 11's ladders
+LADDERS = [("full-hit match (key)", ("full-hit match (key)", "full-hit match (key), C-level",
+                                     "full-hit match (key), bare Python"), "full-hit match (key), no copy"),
+           ("insert (key)", ("insert (key), C-level", "insert (key), bare Python"), None)]
+
+
+def format_ladders(rec: dict, side: str = "fast", base: str = "sglang") -> list[str]:
+    """Per op of ``LADDERS``: each floor lane, then ``side``'s whole call and what of it lies beyond
+    the bare walk (the last rung), then the other design's floor; all as µs and x ``base``."""
+    fr, ops, lines = floor_ratios(rec, base), rec["reference"]["ops"], []
+    for op, labels, other in LADDERS:
+        by = ops.get(op, {})
+        if side not in by or base not in by or any(label not in fr for label in labels):
+            continue
+        sg, ours = by[base]["median_us"], by[side]["median_us"]
+        lines.append(f"{op}: SGLang {sg:.1f} µs")
+        for label in labels:
+            kind = label.split(", ")[1] if ", " in label else "copy only"
+            lines.append(f"   {kind + ':':12s} {FLOOR_TEXT[label]:62s} {fr[label][0]:5.1f} µs = {fr[label][1]:.2f}x SGLang")
+        bare = fr[labels[-1]][0]
+        lines.append(f"   {'radixlab:':12s} {'the whole call':62s} {ours:5.1f} µs = {ours / sg:.2f}x SGLang"
+                     f"  ({ours - bare:.1f} µs = {(ours - bare) / ours:.0%} of it beyond the bare walk)")
+        if other in fr:
+            lines.append(f"   {'no copy:':12s} {FLOOR_TEXT[other]:62s} {fr[other][0]:5.1f} µs = {fr[other][1]:.2f}x SGLang"
+                         "  (the path memo's floor)")
+        lines.append("")
+    return lines
+
+
+def bytes_eq_target(full_us: float, copy_us: float, walk_us: float | None, bytes_eq_ns: float,
+                    limit: float = 20.0) -> dict:
+    """The target "a full hit within ``limit`` x one ``bytes ==`` of the request": the full hit, the
+    copy of its result and (if timed) a walk that copies nothing, each as a multiple of the compare;
+    ``met``, and whether the copy alone, or even the walk, is over the limit (a wall for the design)."""
+    if bytes_eq_ns <= 0:
+        raise ValueError(f"bytes_eq_ns must be positive, got {bytes_eq_ns}")
+    full_x, copy_x = full_us * 1e3 / bytes_eq_ns, copy_us * 1e3 / bytes_eq_ns
+    walk_x = None if walk_us is None else walk_us * 1e3 / bytes_eq_ns
+    return {"limit": limit, "full_x": full_x, "copy_x": copy_x, "walk_x": walk_x, "met": full_x <= limit,
+            "copy_over": copy_x > limit, "walk_over": walk_x is not None and walk_x > limit}
+
+
 def skipped_copy(rec: dict, base: str = "sglang") -> tuple[float, float, float] | None:
     """(µs, radixlab's ratio as measured, its ratio had it copied too) for the system-prompt hit:
     SGLang's Python tree copies a one-edge hit's indices, radixlab hands back the node's own tensor."""
