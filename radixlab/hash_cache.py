@@ -606,14 +606,19 @@ class HashBlockCache:
         if chain:
             values = torch.cat([b.value for b in chain])
             self.req_to_token_pool.write(req.req_pool_idx, req.cache_protected_len, values[req.cache_protected_len:])
-            self.inc_lock_ref(chain[-1])
         else:
             values = torch.empty(0, dtype=torch.int64, device=self.device)
-        if req.last_node is not None and req.last_node is not self.root_node:
-            self.dec_lock_ref(req.last_node)
-        req.last_node = chain[-1] if chain else self.root_node
+        self._relock(req, chain[-1] if chain else self.root_node)
         req.cache_protected_len = new_len
         req.prefix_indices = torch.cat([values, row[new_len:req.seq_len]])
+
+    def _relock(self, req: Any, node: Any) -> None:
+        """The request's lock moves to ``node`` (the root takes none), from the node it held before."""
+        if node is not self.root_node:
+            self.inc_lock_ref(node)
+        if req.last_node is not None and req.last_node is not self.root_node:
+            self.dec_lock_ref(req.last_node)
+        req.last_node = node
 
     def cache_at_allocation(self, req: Any) -> None:
         """vLLM's ``allocate_slots``: the full blocks a request is about to compute join the table now,
@@ -627,10 +632,7 @@ class HashBlockCache:
         new_len = len(chain) * self.block_size
         if new_len <= req.cache_protected_len:
             return
-        self.inc_lock_ref(chain[-1])
-        if req.last_node is not None and req.last_node is not self.root_node:
-            self.dec_lock_ref(req.last_node)
-        req.last_node = chain[-1]
+        self._relock(req, chain[-1])
         req.cache_protected_len = new_len  # the row already holds these blocks' slots: they are ours
         req.prefix_indices = row[:req.seq_len].clone()
 

@@ -94,20 +94,21 @@ DEVICE_API = ("write_inputs", "launch", "synchronize")
 
 def _run(run_batch: Callable, args: dict, loop: str) -> dict:
     waits: list[int] = []  # steps whose run_batch waited for a result (or synchronized the device)
-    targets: dict[int, tuple[_View, Any]] = {}  # id(view) -> (view, the launch behind it)
+    targets: dict[int, Any] = {}  # id(view) -> the launch behind it
+    views: list[_View] = []  # every view stays alive for the run, so no other object can take its id
 
     def watched(device: Any, batch: Any, in_flight: Any) -> Any:
         def log(name: str) -> None:
             waits.append(batch.step)
         def launch_view(launch: Any) -> _View:
             v = _View(launch, log, LAUNCH_API, logged=("result",))
-            targets[id(v)] = (v, launch)
+            targets[id(v)] = launch
+            views.append(v)
             return v
         view = None if in_flight is None else launch_view(in_flight)
         dev = _View(device, log, DEVICE_API, logged=("synchronize",), wrap={"launch": launch_view})
         out = run_batch(dev, batch, view)
-        pair = targets.get(id(out))
-        return pair[1] if pair is not None and pair[0] is out else out
+        return targets.get(id(out), out)
 
     with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True) as be:
         kwargs = dict(num_reqs=args["num_reqs"], max_new_tokens=args["max_new_tokens"], cpu_ms=0.0,
