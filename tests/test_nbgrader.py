@@ -110,6 +110,15 @@ def test_student_edition_keeps_nbgrader_metadata_on_the_answer_box():
     assert box.source.startswith("**Your answer:**") and not is_solution_cell(box)
 
 
+def test_release_step_drops_widget_state_and_solution_tags():
+    pytest.importorskip("nbconvert")
+    nb = read(ROOT / "notebooks" / "01_radix_tree.ipynb")
+    assert "widgets" in nb.metadata and any(is_solution_cell(c) for c in nb.cells)
+    nb, _ = nbgrader_meta.CleanRelease().preprocess(nb, {})
+    assert "widgets" not in nb.metadata and not any(is_solution_cell(c) for c in nb.cells)
+    assert grade_cells(nb)["q1"].metadata["nbgrader"]["grade"]
+
+
 # -- the check cell under nbgrader -------------------------------------------------------------------
 
 
@@ -172,7 +181,7 @@ def test_nbgrader_generate_assignment_and_autograde_match_radixlab_grade(tmp_pat
     (tmp_path / "nbgrader_config.py").write_text(
         'c = get_config()\nc.CourseDirectory.course_id = "radixlab"\n'
         "from radixlab.course.nbgrader_meta import configure\nconfigure(c)\n")
-    # 1. every notebook releases: no solution, no reference answer, no widget state
+    # 1. every notebook releases like the student edition: no solution, no reference answer, no widget state
     (tmp_path / "source" / "all").mkdir(parents=True)
     for path in NOTEBOOKS:
         (tmp_path / "source" / "all" / path.name).write_bytes(path.read_bytes())
@@ -183,6 +192,7 @@ def test_nbgrader_generate_assignment_and_autograde_match_radixlab_grade(tmp_pat
         assert "widgets" not in release.metadata, path.name
         assert "SOLUTION" not in text and "Reference answer" not in text, path.name
         assert all(not c.get("outputs") for c in release.cells), path.name
+        assert not any(is_solution_cell(c) for c in release.cells), path.name
     # 2. three submissions of 02 built from its release, only the answer cell changed (the other
     #    notebooks are not handed in: nbgrader scores them 0 without running anything)
     release = read(tmp_path / "release" / "all" / "02_cow_split.ipynb")

@@ -10,8 +10,8 @@
   question's points, or the exercise's mapping point for a follow-up worth 0 in ``radixlab grade``.
 
 Only metadata changes (no source, no output), so the notebooks need no re-execution. ``--check``
-exits 1 when a notebook's metadata is stale. ``configure(c)`` is the nbgrader_config.py half: it
-clears widget state from the release and uses the course's answer box as nbgrader's text stub.
+exits 1 when a notebook's metadata is stale. ``configure(c)`` is the nbgrader_config.py half: a
+release like the student edition (no widget state, no ``solution`` tag, the course's answer box).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import nbformat
 
-from .edition import ANSWER_PLACEHOLDER, has_solution_markers, is_solution_cell
+from .edition import ANSWER_PLACEHOLDER, SOLUTION_TAG, has_solution_markers, is_solution_cell
 from .exercises import by_check
 from .rubric import RUBRIC, auto_points
 
@@ -123,18 +123,25 @@ def update_files(paths: list[Path], check: bool = False) -> list[Path]:
 
 
 def configure(c: Any) -> None:
-    """Course settings for nbgrader: no widget state in the release, the course's answer box as stub."""
+    """Course settings for nbgrader: a release like the student edition (no widget state, no solution
+    tag, the course's answer box as nbgrader's text stub)."""
     from nbgrader.converters.generate_assignment import GenerateAssignment
     from nbgrader.preprocessors import ClearOutput
 
     steps = list(GenerateAssignment.class_traits()["preprocessors"].default())
-    steps.insert(steps.index(ClearOutput) + 1, ClearWidgetState)
+    steps.insert(steps.index(ClearOutput) + 1, CleanRelease)
     c.GenerateAssignment.preprocessors = steps
     c.ClearSolutions.text_stub = ANSWER_PLACEHOLDER
 
 
-def _clear_widget_state(nb: nbformat.NotebookNode, resources: dict) -> tuple:
+def _clean_release(nb: nbformat.NotebookNode, resources: dict) -> tuple:
     nb.metadata.pop("widgets", None)  # the instructor's widget views (ClearOutput leaves them)
+    for cell in nb.cells:  # the answer box is the student's now, as in the student edition
+        tags = cell.metadata.get("tags")
+        if tags and SOLUTION_TAG in tags:
+            tags.remove(SOLUTION_TAG)
+            if not tags:
+                del cell.metadata["tags"]
     return nb, resources
 
 
@@ -142,15 +149,15 @@ try:  # nbconvert comes with nbgrader and JupyterLab; the metadata tool above do
     from nbconvert.preprocessors import Preprocessor
     from traitlets import Bool
 
-    class ClearWidgetState(Preprocessor):
-        """nbgrader release step: drop the notebook's stored widget state."""
+    class CleanRelease(Preprocessor):
+        """nbgrader release step: drop the stored widget state and the answer boxes' ``solution`` tag."""
 
         enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled; nbgrader's steps are on
 
         def preprocess(self, nb: nbformat.NotebookNode, resources: dict) -> tuple:
-            return _clear_widget_state(nb, resources)
+            return _clean_release(nb, resources)
 except ImportError:  # pragma: no cover
-    ClearWidgetState = None  # type: ignore[assignment,misc]
+    CleanRelease = None  # type: ignore[assignment,misc]
 
 
 def main(argv: list[str] | None = None) -> int:
