@@ -62,7 +62,8 @@ def test_grade_ids_and_points():
     nb = read(ROOT / "notebooks" / "01_radix_tree.ipynb")
     cells = grade_cells(nb)
     assert {"ex01_1_answer", "ex01_1_check", "ex01_1_mapping", "q1"} <= set(cells)
-    assert cells["ex01_1_mapping"].metadata["nbgrader"]["points"] == RUBRIC["mapping"]  # 0 in radixlab's metadata
+    # the follow-up is worth 0 in radixlab's metadata: it holds the exercise's mapping point
+    assert cells["ex01_1_mapping"].metadata["nbgrader"]["points"] == RUBRIC["mapping"]
     assert cells["q1"].metadata["nbgrader"]["points"] == RUBRIC["question"]
 
 
@@ -99,7 +100,8 @@ def test_no_cell_mentions_a_solution_delimiter_outside_a_marker_line(path):
     for cell in read(path).cells:
         for line in cell.source.splitlines():
             if "BEGIN SOLUTION" in line or "END SOLUTION" in line:
-                assert cell.cell_type == "code" and line.strip() in ("### BEGIN SOLUTION", "### END SOLUTION"), line
+                assert cell.cell_type == "code", line
+                assert line.strip() in ("### BEGIN SOLUTION", "### END SOLUTION"), line
 
 
 def test_student_edition_keeps_nbgrader_metadata_on_the_answer_box():
@@ -166,7 +168,7 @@ WRONG = '''def split(node: RadixNode, idx: int) -> RadixNode:
 
 
 def test_nbgrader_generate_assignment_and_autograde_match_radixlab_grade(tmp_path):
-    pytest.importorskip("nbgrader", reason="nbgrader is not installed (`make setup` installs the test extra)")
+    pytest.importorskip("nbgrader", reason="nbgrader is not installed (`make setup` installs it)")
     from nbgrader.api import Gradebook
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -208,8 +210,8 @@ def test_nbgrader_generate_assignment_and_autograde_match_radixlab_grade(tmp_pat
         submissions[student] = folder / "02_cow_split.ipynb"
     nbgrader("autograde", "all", "--force")
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gb:
-        scores = {s: {g.name: g.auto_score for g in gb.find_submission_notebook("02_cow_split", "all", s).grades}
-                  for s in submissions}
+        scores = {s: {g.name: g.auto_score
+                      for g in gb.find_submission_notebook("02_cow_split", "all", s).grades} for s in submissions}
     # 3. radixlab grade on the very same files
     out = tmp_path / "grades.json"
     proc = subprocess.run([sys.executable, "-m", "radixlab", "grade", *map(str, submissions.values()),

@@ -161,7 +161,8 @@ except ImportError:  # pragma: no cover
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m radixlab.course.nbgrader_meta", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m radixlab.course.nbgrader_meta",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--check", action="store_true", help="only report stale notebooks (exit 1 if any)")
     args = parser.parse_args(argv)

@@ -282,7 +282,7 @@ def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool =
 
 
 def nbgrader_score(result: CheckResult) -> float:
-    """Under nbgrader: print the verdict, return the score (a test cell's one number is its partial credit)."""
+    """Under nbgrader: print the verdict, return the score (nbgrader's partial credit for a test cell)."""
     print(result)
     return result.score
 
