@@ -131,6 +131,43 @@ def test_interrupting_the_whole_process_group_mid_generate_leaves_a_working_engi
     assert out.strip() == "after True True", err[-2000:]
 
 
+ORPHAN_SCRIPT = """
+import os, signal
+from radixlab.engine import Engine
+from radixlab.model import load_model
+e = Engine(load_model("tiny", device="cpu"), disable_overlap_schedule=False)
+e.generate([1, 2, 3], {"max_new_tokens": 2})
+print(e.device_backend._worker.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no atexit, no finalizer: a kernel killed outright
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return any(line.split()[:2] == ["State:", "Z"] for line in f)  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or not hasattr(os, "fork"), reason="reads /proc")
+def test_the_worker_exits_when_its_host_is_killed_outright():
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT], stdout=subprocess.PIPE, text=True, env=env)
+    pid = int(proc.stdout.readline())
+    proc.wait(60)
+    for _ in range(300):  # it exits as soon as it reads the end of file; poll, never time it
+        if _gone(pid):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the worker outlived its host")
+
+
 @needs_fork
 def test_a_hung_worker_times_out_with_a_clear_error(tiny):
     ref = Engine(tiny).generate(PROMPTS, SP)

@@ -13,7 +13,9 @@ Failures: a worker that dies (killed, crashed) or sends nothing for ``watchdog_t
 worker. The worker ignores SIGINT: Ctrl-C and JupyterLab's "Interrupt kernel" signal the whole
 process group, and the interrupt is the host's to handle (it aborts the requests and waits for the
 device, as an interrupted CUDA program's stream finishes its kernels). It stays in the group, unlike
-a worker in its own session, so that a signal that ends the group (SIGTERM, SIGKILL) ends it too.
+a worker in its own session, so that a signal that ends the group (SIGTERM, SIGKILL) ends it too;
+and a forked worker closes its copy of the host's end of the pipe, so that a host killed outright
+(a kernel restart) is an end of file to it, not an orphan waiting forever.
 
 Measured on a 2-core machine (notebook 08): with a process the scheduler's Python and the model's
 ops truly run at the same time; with a *thread* the GIL serialises the two, and overlap mostly
@@ -45,12 +47,15 @@ RING = 4  # result slots: the overlap loop has at most two batches in flight
 
 
 def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, results: torch.Tensor,
-                 max_reqs: int, adversarial: bool, num_threads: int | None, own_process: bool = False) -> None:
+                 max_reqs: int, adversarial: bool, num_threads: int | None, own_process: bool = False,
+                 host_end: Any = None) -> None:
     """The worker's body: one launch at a time, in order, like a stream."""
     if own_process:  # the host blocked SIGINT around the start: ignore it, then unblock
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         if hasattr(signal, "pthread_sigmask"):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if host_end is not None:  # forked with the host's end of the pipe: close it, so the host's death is EOF
+        host_end.close()
     try:
         if num_threads:
             torch.set_num_threads(num_threads)
@@ -188,8 +193,9 @@ class CPUProcessBackend(DeviceBackend):
         else:
             ctx = tmp.get_context(self.start_method)
             here, there = ctx.Pipe()
-            worker = ctx.Process(target=_device_loop, args=(there, *args, self.device_threads, True), daemon=True,
-                                 name="radixlab-device")
+            host_end = here if self.start_method == "fork" else None  # spawn inherits no descriptors
+            worker = ctx.Process(target=_device_loop, args=(there, *args, self.device_threads, True, host_end),
+                                 daemon=True, name="radixlab-device")
         mask = hasattr(signal, "pthread_sigmask") and not self.use_thread
         if mask:  # the child starts with SIGINT blocked, so no interrupt lands before it ignores SIGINT
             old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
@@ -198,6 +204,8 @@ class CPUProcessBackend(DeviceBackend):
         finally:
             if mask:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if not self.use_thread:
+            there.close()  # the worker's end lives in the worker only: its death is an end of file here
         self._conn, self._worker = here, worker
         self._finalizer = weakref.finalize(self, _stop, here, worker)
 
