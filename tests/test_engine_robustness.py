@@ -378,3 +378,30 @@ def test_step_after_shutdown_is_a_clear_error(tiny):
     e.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         e.step()
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_worker_of_either_start_method_survives_sigint_and_restarts_after_sigkill(start_method):
+    import multiprocessing as mp
+    from radixlab.engine.cpu_worker import CPUProcessBackend
+    from radixlab.engine.synthetic import ToyDecodeModel
+    if start_method not in mp.get_all_start_methods():
+        pytest.skip(f"no {start_method} here")
+    backend = CPUProcessBackend(ToyDecodeModel(layers=1, hidden=16), max_reqs=4, start_method=start_method)
+    fields = {"req_pool_indices": torch.tensor([0, 1]), "input_ids": torch.tensor([3, 4]),
+              "positions": torch.tensor([0, 0])}
+
+    def run(step: int) -> list[int]:
+        layout = backend.write_inputs(step, fields)
+        return backend.launch(step, layout, 2, resolve_future=False).result().tolist()
+
+    want = run(0)
+    os.kill(backend._worker.pid, signal.SIGINT)
+    assert run(1) == want
+    worker = backend._worker
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(10.0)
+    with pytest.raises(WorkerDiedError, match="SIGKILL"):
+        run(2)
+    assert run(3) == want and backend._worker is not worker
+    backend.shutdown()
