@@ -405,3 +405,25 @@ def test_a_worker_of_either_start_method_survives_sigint_and_restarts_after_sigk
         run(2)
     assert run(3) == want and backend._worker is not worker
     backend.shutdown()
+
+
+def test_an_interrupt_while_a_result_is_handled_loses_no_message(monkeypatch):
+    """KeyboardInterrupt between receiving a message and recording it: the next wait handles it."""
+    from radixlab.engine.cpu_worker import CPUProcessBackend
+    from radixlab.engine.synthetic import ToyDecodeModel
+    backend = CPUProcessBackend(ToyDecodeModel(layers=1, hidden=16), max_reqs=2)
+    layout = backend.write_inputs(0, {"req_pool_indices": torch.tensor([0]), "input_ids": torch.tensor([3]),
+                                      "positions": torch.tensor([0])})
+    launch = backend.launch(0, layout, 1, resolve_future=False)
+    real, calls = backend._finish, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(*args)
+    monkeypatch.setattr(backend, "_finish", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch.result()
+    assert len(launch.result()) == 1 and len(calls) == 2
+    backend.shutdown()

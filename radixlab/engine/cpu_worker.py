@@ -175,6 +175,7 @@ class CPUProcessBackend(DeviceBackend):
         self._conn: Any = None
         self._worker: Any = None
         self._finalizer: weakref.finalize | None = None
+        self._inbox: deque = deque()  # a message received but not handled (an interrupt came in between)
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -256,6 +257,7 @@ class CPUProcessBackend(DeviceBackend):
             self._worker.terminate()
         self._shutdown()
         self._finalizer = None
+        self._inbox.clear()
         for launch in self._in_flight.values():
             launch.done = launch.inputs_read = True
             launch.tokens = torch.zeros(launch.batch_size, dtype=torch.int64)
@@ -298,26 +300,36 @@ class CPUProcessBackend(DeviceBackend):
         """Handle one message from the worker (or find it dead or hung); returns the next deadline."""
         if self._worker is None:
             raise RuntimeError("the device worker is not running (it failed or was shut down)")
+        if self._inbox:
+            msg = self._inbox.popleft()
+        else:
+            try:
+                ready = self._conn.poll(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
+                msg = self._conn.recv() if ready else None
+            except (OSError, EOFError) as exc:  # EOFError, ConnectionResetError: the worker is gone
+                raise self._died(f"died ({type(exc).__name__} on the pipe)") from exc
+            if msg is None:
+                if not self._worker.is_alive():
+                    raise self._died("died")
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise self._died(f"sent nothing for watchdog_timeout={self.watchdog_timeout} s and was "
+                                     "stopped", kill=True, cls=WorkerTimeoutError)
+                return deadline
         try:
-            ready = self._conn.poll(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
-            msg = self._conn.recv() if ready else None
-        except (OSError, EOFError) as exc:  # EOFError, ConnectionResetError: the worker is gone
-            raise self._died(f"died ({type(exc).__name__} on the pipe)") from exc
-        if msg is None:
-            if not self._worker.is_alive():
-                raise self._died("died")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise self._died(f"sent nothing for watchdog_timeout={self.watchdog_timeout} s and was stopped",
-                                 kill=True, cls=WorkerTimeoutError)
-            return deadline
-        deadline = self._deadline()
+            self._handle(msg)
+        except KeyboardInterrupt:  # handling is idempotent: keep the message for the next pump
+            self._inbox.appendleft(msg)
+            raise
+        return self._deadline()
+
+    def _handle(self, msg: tuple) -> None:
         t0 = self.timeline.t0
         if msg[0] == "error":
             self._reset()
             raise RuntimeError(f"the device worker failed:\n{msg[1]}")
         launch = self._in_flight.get(msg[1])
         if launch is None:
-            return deadline
+            return
         if msg[0] == "read":
             launch.inputs_read = True
             launch.record.read = (msg[2] - t0, msg[3] - t0)
@@ -331,7 +343,6 @@ class CPUProcessBackend(DeviceBackend):
             rec.overlapped = overlapped
             tokens = self.results[step % RING, :launch.batch_size].clone()
             self._finish(launch, tokens, got_sum, consumed_step)
-        return deadline
 
 
 class CPUThreadBackend(CPUProcessBackend):
