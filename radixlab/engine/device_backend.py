@@ -52,7 +52,7 @@ class WorkerDiedError(RuntimeError):
 
 
 class WorkerTimeoutError(WorkerDiedError):
-    """The worker sent nothing for ``timeout`` seconds while the host waited: it was stopped."""
+    """The worker sent nothing for ``watchdog_timeout`` seconds while the host waited: it was stopped."""
 
 
 class DeviceProgram(Protocol):

@@ -12,9 +12,9 @@ appends the adapter's id to the string: ``(extra_key or "") + lora_id``. Here th
 pair ``(extra_key or "", lora_id)``, the id of the adapter's load (its name for a first load; a
 replaced adapter gets a new one: ``LlamaForCausalLM.add_adapter``), just ``extra_key`` without an
 adapter (as in SGLang, no ``extra_key`` and ``""`` are one namespace under an adapter): adapter
-names are chosen by people, so a joined string would let ``extra_key="xA"`` without an adapter land in the namespace of
-``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that adapter. A pair never equals
-a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
+names are chosen by people, so a joined string would let ``extra_key="xA"`` without an adapter
+land in the namespace of ``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that
+adapter. A pair never equals a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
 time, ``uuid5`` of its name and path for one given in ``--lora-paths``, which anyone knowing both can
 compute; a client that sends another request's ``extra_key + lora_id`` as its own ``extra_key``
 shares that adapter's namespace: ``lora/lora_registry.py``.)
