@@ -84,7 +84,7 @@ def normalize_sampling_params(sp: dict, i: int) -> dict:
         out["top_p"] = top_p
     if sp.get("sampling_seed") is not None:
         out["sampling_seed"] = check_int(sp["sampling_seed"], p + "sampling_seed", 0, INT64_MAX)
-    if "ignore_eos" in sp:
+    if sp.get("ignore_eos") is not None:  # None: the default, as for every optional key
         if not isinstance(sp["ignore_eos"], bool):
             raise TypeError(f"{p}ignore_eos must be a bool, got {type(sp['ignore_eos']).__name__} "
                             f"{sp['ignore_eos']!r}")
