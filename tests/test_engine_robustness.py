@@ -179,6 +179,7 @@ def test_a_hung_worker_times_out_with_a_clear_error(tiny):
         e.generate(PROMPTS, SP)
     assert_no_leak(e)
     program.__dict__.pop("forward")
+    e.device_backend.watchdog_timeout = 300.0  # a loaded machine may be slow: only the hang is under test
     assert [o["output_ids"] for o in e.generate(PROMPTS, SP)] == [o["output_ids"] for o in ref]
     e.shutdown()
 
