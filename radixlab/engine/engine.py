@@ -9,11 +9,12 @@ normal event loop in the caller's thread until every prompt of the call has fini
 
 Namespaces: as in SGLang's ``Req.__init__``, the adapter is part of a request's namespace. SGLang
 appends the adapter's id to the string: ``(extra_key or "") + lora_id``. Here the namespace is the
-pair ``(extra_key or "", lora_path)`` (just ``extra_key`` without an adapter; as in SGLang, no
-``extra_key`` and ``""`` are one namespace under an adapter): adapter names are chosen by
-people, so a joined string would let ``extra_key="xA"`` without an adapter land in the namespace of
-``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that adapter. A pair never equals
-a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
+pair ``(extra_key or "", lora_id)``, the id of the adapter's load (its name for a first load; a
+replaced adapter gets a new one: ``LlamaForCausalLM.add_adapter``), just ``extra_key`` without an
+adapter (as in SGLang, no ``extra_key`` and ``""`` are one namespace under an adapter): adapter
+names are chosen by people, so a joined string would let ``extra_key="xA"`` without an adapter
+land in the namespace of ``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that
+adapter. A pair never equals a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
 time, ``uuid5`` of its name and path for one given in ``--lora-paths``, which anyone knowing both can
 compute; a client that sends another request's ``extra_key + lora_id`` as its own ``extra_key``
 shares that adapter's namespace: ``lora/lora_registry.py``.)
@@ -43,7 +44,8 @@ from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..hash_cache import HashBlockCache
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
-from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
+from ..utils.checks import is_index_dtype
+from .io_struct import INT64_MAX, DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
 from .schedule_policy import POLICIES, OrderingPolicy, ceil_page
@@ -122,7 +124,7 @@ class Engine:
             raise ValueError(f"prefix_cache='hash' caches blocks of {HASH_BLOCK_SIZE} tokens: page_size must "
                              f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
         self.prefix_cache = prefix_cache
-        self.random_seed = _check_int(random_seed, "random_seed", 0)
+        self.random_seed = _check_int(random_seed, "random_seed", 0, INT64_MAX)  # seeds are staged as int64
         self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
         self.model = model
         self.disable_radix_cache = disable_radix_cache
@@ -163,6 +165,7 @@ class Engine:
         if not disable_overlap_schedule or device_backend is not None:
             from .overlap_scheduler import attach_backend
             self.device_backend = attach_backend(self, device_backend)
+        self._device_adapters = self._adapter_ids()  # what the device backend's program was built with
         self._num_reqs = 0
         self._closed = False
 
@@ -184,7 +187,10 @@ class Engine:
 
         ``prompts``: a string, a list of token ids, or a list of either. ``sampling_params``,
         ``extra_key`` and ``lora_path`` are one for all prompts or a list with one per prompt.
-        Every prompt is checked before anything runs; a bad one raises ``ValueError`` naming its index.
+        Every prompt is checked before anything runs; a bad one raises ``ValueError`` (``TypeError``
+        for a value of the wrong type) naming its index and the argument. On a device backend, a
+        worker process that dies or hangs raises ``WorkerDiedError``: the call's requests are
+        aborted and the next call starts a fresh worker.
         """
         start = time.perf_counter()
         single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
@@ -209,6 +215,8 @@ class Engine:
     def step(self) -> Any:
         """One iteration of the normal loop: schedule → run → process. Returns the batch that ran
         (``None`` when there was nothing to do)."""
+        if self._closed:
+            raise RuntimeError("engine has been shut down: step() cannot run")
         if not self.scheduler.has_work():
             return None
         try:
@@ -221,7 +229,11 @@ class Engine:
         return batch
 
     def result(self, req: Req) -> dict:
-        """``generate``'s dict for a request queued with ``add_requests`` that has finished."""
+        """``generate``'s dict for a request queued with ``add_requests`` that has finished. An aborted
+        request (an error mid-run dropped it) gives its partial output, as SGLang returns one:
+        ``finish_reason`` is ``"abort"`` and a time it never reached is ``None``."""
+        if not isinstance(req, Req):
+            raise TypeError(f"req must be a Req returned by add_requests, got {type(req).__name__}")
         if not req.is_done():
             raise ValueError(f"request {req.rid!r} has not finished yet")
         return self._output(req, req.created_time)
@@ -262,16 +274,22 @@ class Engine:
         if self._closed:
             raise RuntimeError("engine has been shut down")
         single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
+        self._sync_adapters(reqs)
+        self._num_reqs += len(reqs)  # only now: a rejected call leaves later seeds and ids unchanged
         for req in reqs:
             self.scheduler.add_request(req)
         return single, reqs
 
     def _make_reqs(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
                    start: float) -> tuple[bool, list[Req]]:
-        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple, torch.Tensor)) and len(prompts) > 0
-                                               and all(isinstance(t, Integral) for t in prompts))
-        if isinstance(prompts, torch.Tensor):
-            prompts = prompts.tolist()
+        if isinstance(prompts, torch.Tensor):  # 1-D: one prompt; 2-D: one prompt per row
+            if not is_index_dtype(prompts.dtype) or prompts.dim() not in (1, 2):
+                raise ValueError(f"prompts as a tensor must be a 1-D (one prompt) or 2-D (one per row) integer "
+                                 f"tensor, got {prompts.dtype} with shape {tuple(prompts.shape)}")
+            single, prompts = prompts.dim() == 1, prompts.tolist()
+        else:
+            single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
+                                                   and all(isinstance(t, Integral) for t in prompts))
         items = [prompts] if single else prompts
         if not isinstance(items, (list, tuple)) or not items:
             raise ValueError(f"prompts must be a string, a list of token ids, or a non-empty list of those; got {prompts!r:.60}")
@@ -292,16 +310,40 @@ class Engine:
                 raise ValueError(f"prompt {i} can never fit: {len(ids)} prompt tokens + max_new_tokens="
                                  f"{sp['max_new_tokens']} need {need} KV slots, the pool has max_total_tokens="
                                  f"{self.max_total_tokens} (context length {self.context_len})")
-            # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string
-            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key or "", lora)
+            # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string.
+            # lora_id is the adapter's load id: a new load under an old name gets a new namespace.
+            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else \
+                (key or "", self.model.adapters[lora].lora_id)
             seed = sp.pop("sampling_seed", None)
-            self._num_reqs += 1
-            reqs.append(Req(rid=f"req-{self._num_reqs}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,
+            n = self._num_reqs + len(reqs) + 1
+            reqs.append(Req(rid=f"req-{n}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,
                             index=i, created_time=start,
-                            sampling_seed=self.random_seed + self._num_reqs if seed is None else seed, **sp))
+                            sampling_seed=(self.random_seed + n) % (INT64_MAX + 1) if seed is None else seed, **sp))
         return single, reqs
 
+    def _adapter_ids(self) -> tuple:
+        return tuple((name, a.lora_id) for name, a in sorted(getattr(self.model, "adapters", {}).items()))
+
+    def _sync_adapters(self, reqs: list[Req]) -> None:
+        """A device backend's program knows the adapters it was built with; one added, removed or
+        replaced since is taken in here, between runs (a worker process restarts to see it)."""
+        now = self._adapter_ids()
+        if self.device_backend is None or now == self._device_adapters:
+            return
+        if self.scheduler.has_work():
+            stale = [r.index for r in reqs if r.lora_id is not None
+                     and (r.lora_id, self.model.adapters[r.lora_id].lora_id) not in self._device_adapters]
+            if stale:
+                raise ValueError(f"prompt {stale[0]}: adapter {reqs[stale[0]].lora_id!r} changed while requests run on "
+                                 "the device backend; finish them (step() until it returns None) first")
+            return
+        self.device_backend.program.lora_names[:] = [name for name, _ in now]
+        self.device_backend.restart()  # a worker process forked before the change has the old adapters
+        self._device_adapters = now
+
     def _token_ids(self, prompt: Any, i: int) -> list[int]:
+        if isinstance(prompt, torch.Tensor) and prompt.dim() == 1 and is_index_dtype(prompt.dtype):
+            prompt = prompt.tolist()
         if isinstance(prompt, str):
             ids = list(self.tokenizer.encode(prompt))
         elif isinstance(prompt, (list, tuple)) and all(isinstance(t, Integral) and not isinstance(t, bool) for t in prompt):
@@ -323,7 +365,8 @@ class Engine:
             text = self.tokenizer.decode(req.output_ids)
         meta = {"id": req.rid, "prompt_tokens": len(req.origin_input_ids), "completion_tokens": len(req.output_ids),
                 "cached_tokens": req.cached_tokens, "finish_reason": req.finished_reason,
-                "ttft": req.first_token_time - start, "e2e_latency": req.finished_time - start}
+                "ttft": None if req.first_token_time is None else req.first_token_time - start,
+                "e2e_latency": None if req.finished_time is None else req.finished_time - start}
         if self.scheduler.keep_logits:
             meta["output_logits"] = req.output_logits
         return {"text": text, "output_ids": list(req.output_ids), "meta_info": meta}

@@ -98,6 +98,7 @@ class EngineProgram:
         last = logits[fb.last_token_indices().to(logits.device)].float().cpu()
         self.extra = last if self.keep_logits else None
         temps, top_ks, top_ps, seeds, new = (inputs[k] for k in ("temperature", "top_k", "top_p", "seed", "new_req"))
+        mid_chunk = inputs["mid_chunk"].bool().tolist()  # not sampled: the generator stays where it is
         temps, top_ps = temps.view(torch.float64).tolist(), top_ps.view(torch.float64).tolist()
         reqs = []
         for i, pool_idx in enumerate(inputs["req_pool_indices"].tolist()):
@@ -105,7 +106,7 @@ class EngineProgram:
                 self.sampling[pool_idx] = SimpleNamespace(temperature=temps[i], top_k=int(top_ks[i]), top_p=top_ps[i],
                                                           sampling_seed=int(seeds[i]), generator=None)
             reqs.append(self.sampling[pool_idx])
-        return torch.tensor(ModelRunner.sample(last, reqs), dtype=torch.int64, device=self.device)
+        return torch.tensor(ModelRunner.sample(last, reqs, mid_chunk), dtype=torch.int64, device=self.device)
 
 
 @dataclass
@@ -181,6 +182,7 @@ class OverlapScheduler(Scheduler):
             "top_p": _f64_bits([r.top_p for r in reqs]),
             "seed": torch.tensor([r.sampling_seed for r in reqs]),
             "new_req": torch.tensor([int(id(r) not in self._seen) for r in reqs]),
+            "mid_chunk": torch.tensor([int(r is self.chunked_req) for r in reqs]),
         }
         if is_extend:
             fields["input_ids"] = torch.tensor([t for ids in batch.new_token_ids for t in ids])
