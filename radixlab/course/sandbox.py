@@ -240,7 +240,7 @@ def _bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _binds() -> list[str]:
+def _mounts() -> list[str]:
     """Read-only binds: system libraries, the interpreter's prefix, site-packages (only those folders)."""
     args: list[str] = []
     for d in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
@@ -260,7 +260,7 @@ def _binds() -> list[str]:
 def sandbox_command(copy: Path, argv: list[str]) -> list[str]:
     """``argv`` under bubblewrap, with ``copy`` read-only at ``COPY_MOUNT``."""
     return [_bwrap() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-            *_binds(), "--ro-bind", str(copy), COPY_MOUNT, "--tmpfs", "/tmp", "--proc", "/proc",
+            *_mounts(), "--ro-bind", str(copy), COPY_MOUNT, "--tmpfs", "/tmp", "--proc", "/proc",
             "--dev", "/dev", "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--", *argv]
 
 

@@ -74,9 +74,11 @@ class ExerciseSpec:
         return self.id.split(".")[0]
 
     def all_stripped(self) -> tuple[str, ...]:
-        """``strip`` plus the spec's own reference stub: what the executor's copy of radixlab lacks."""
+        """``strip`` plus the spec's own reference stub and the spec objects of the drive's module (they
+        hold the reference): what the executor's copy of radixlab lacks."""
         ref = f"{self.reference.__module__}:{self.reference.__qualname__}"
-        return self.strip + ((ref,) if ref.startswith("radixlab.") and "<" not in ref else ())
+        own = tuple(f"{self.drive.__module__}:{name}" for name in ("SPEC", "SPECS"))
+        return self.strip + ((ref,) if ref.startswith("radixlab.") and "<" not in ref else ()) + own
 
 
 # -- running one case: plain-data outcomes ----------------------------------------------------------
