@@ -185,7 +185,9 @@ SPEC = ExerciseSpec(
     reference=_reference, drive=drive, cases=cases, compare=compare,
     forbidden=("radixlab.*", "reference_longest_cached_prefix", "radix_longest_cached_prefix", "answers_prefix",
                "RadixCache", "RadixKey", "match_prefix", "page_aligned", "page_size_view"),
-    strip=("radixlab.course.ex_prefix:radix_longest_cached_prefix",))  # the copy holds no radix_cache at all
+    answer_imports=("radixlab.tree",),  # lesson 01's common_prefix_len (the copy holds no radix_cache at all)
+    strip=("radixlab.course.ex_prefix:radix_longest_cached_prefix", "radixlab.tree:RadixTree.match_prefix",
+           "radixlab.tree:RadixTree.find"))
 SPECS = [SPEC]
 
 

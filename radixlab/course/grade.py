@@ -219,6 +219,7 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
     run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index, s.keep) for s in ex.statements], args,
                        timeouts["case"] or spec.time_limit, timeouts["define"], left,
                        drive=f"{spec.drive.__module__}:{spec.drive.__qualname__}", strip=spec.all_stripped(),
+                       roots=spec.copy_roots(),
                        sandbox=timeouts.get("sandbox"))
     execution["seconds"] = round(execution["seconds"] + run.seconds, 2)
     execution["cells_run"] = max(execution["cells_run"], len(ex.cells))

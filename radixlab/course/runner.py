@@ -140,7 +140,7 @@ class ExerciseRun:
 def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list,
                  cases: list, case_timeout: float, define_timeout: float = 60.0,
                  total_timeout: float = 600.0, drive: str = "", strip: tuple[str, ...] | None = None,
-                 sandbox: bool | None = None) -> ExerciseRun:
+                 sandbox: bool | None = None, roots: tuple[str, ...] = ()) -> ExerciseRun:
     """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes.
 
     ``statements``: ``(cell, index)`` or ``(cell, index, names)`` (an import cut to ``names``).
@@ -148,12 +148,13 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
     (default: looked up from ``exercise`` here, in the grader's process). ``sandbox``: None uses
     bubblewrap where it works, False never does.
     """
-    if not drive or strip is None:
+    if not drive or strip is None or not roots:
         from .exercises import all_specs
         spec = all_specs()[exercise]
         d = spec.drive
         drive = drive or f"{d.__module__}:{d.__qualname__}"
         strip = spec.all_stripped() if strip is None else strip
+        roots = roots or spec.copy_roots()
     use_box = sb.sandboxed() if sandbox is None else (sandbox and sb.sandboxed())
     run = ExerciseRun([{} for _ in cases], sandbox="bubblewrap" if use_box else
                       ("off" if sandbox is False else sb.sandbox_works()))
@@ -163,7 +164,7 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
     with _ONE_RUN:  # one run at a time per process: each run's sweep would take the other's processes
         adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
         try:
-            sb.build_copy([drive.partition(":")[0]], strip, copy)
+            sb.build_copy(roots, strip, copy)
             _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout,
                            total_timeout, t0, copy, use_box)
         finally:

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]  # radixlab/
 NEVER = ("radixlab.course.answers", "radixlab.course.exercises", "radixlab.course.grade",
          "radixlab.course.runner", "radixlab.course.sandbox")
 """Module name prefixes that no copy holds: the answers, the exercise registry and the grader."""
+COURSE = "radixlab.course"  # the course's own checks and answers: told apart by the check itself
 COPY_MOUNT = "/radixlab-copy"  # where the copy appears inside the sandbox
 
 
@@ -333,3 +334,46 @@ def environment_fingerprint() -> str:
                     except OSError:
                         h.update(b"unreadable")
     return h.hexdigest()
+
+
+# -- 4. what the check cell tells the student before they hand in -----------------------------------
+
+
+@lru_cache(maxsize=32)
+def _copy_modules(roots: tuple[str, ...], strip: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(closure(roots, strip))
+
+
+def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> str:
+    """What ``fn`` uses from radixlab that the grader's copy lacks ('' when nothing): the names its
+    code reads from its module's globals (helpers' too) that are radixlab modules or objects of a
+    module absent from the copy, or a stripped function itself."""
+    present = _copy_modules(tuple(roots), tuple(strip))
+    stripped = {s.replace(":", ".") for s in strip if ":" in s}
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        f = getattr(f, "__func__", f)
+        code, env = getattr(f, "__code__", None), getattr(f, "__globals__", None)
+        if code is None or env is None or id(code) in seen:
+            continue
+        seen.add(id(code))
+        names, stack = set(), [code]
+        while stack:
+            c = stack.pop()
+            names |= set(c.co_names)
+            stack += [k for k in c.co_consts if hasattr(k, "co_names")]
+        for name in sorted(names):
+            value = env.get(name)
+            if value is None:
+                continue
+            module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
+            if not isinstance(module, str) or module.split(".")[0] != PACKAGE or module.startswith(COURSE):
+                todo.append(value) if callable(value) else None
+                continue
+            qual = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}"
+            if module not in present or qual in stripped:
+                return (f"{qual.strip('.') if qual in stripped else module} (your code uses it as {name}, and the "
+                        "grader's copy of radixlab for this exercise does not hold it)")
+    return ""

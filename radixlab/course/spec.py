@@ -66,12 +66,17 @@ class ExerciseSpec:
     cases: Callable[[int], list[GradedCase]]  # seed -> cases; seed 0 is the check cell's, the grader draws its own
     forbidden: tuple[str, ...] = ()  # names the check cell tells apart: handing in radixlab's own function
     strip: tuple[str, ...] = ()  # absent from the grader's executor: "pkg.module" or "pkg.module:Qual.name"
+    answer_imports: tuple[str, ...] = ()  # radixlab modules an answer may import besides the drive's (stripped too)
     compare: Callable[[Any, Any, Any], str | None] | None = None  # (got, want, args) -> message, None if right
     time_limit: float = 10.0  # seconds per case
 
     @property
     def lesson(self) -> str:
         return self.id.split(".")[0]
+
+    def copy_roots(self) -> tuple[str, ...]:
+        """The modules the executor's copy of radixlab is built from (with everything they import)."""
+        return (self.drive.__module__,) + self.answer_imports
 
     def all_stripped(self) -> tuple[str, ...]:
         """``strip`` plus the spec's own reference stub and the spec objects of the drive's module (they
@@ -295,6 +300,11 @@ def _imported_reference(spec: ExerciseSpec, fn: Any) -> str:
     if where in library or any(":" not in s and where.startswith(s + ".") or where.startswith(s + ":")
                                for s in library):
         return where.replace(":", ".")
+    from .sandbox import outside_copy
+
+    outside = outside_copy(spec.copy_roots(), spec.all_stripped(), target)
+    if outside:
+        return outside
     if target is spec.reference or getattr(target, "__name__", "") in spec.forbidden and \
             str(getattr(target, "__module__", "")).startswith("radixlab"):
         return f"{target.__module__}.{getattr(target, '__qualname__', target)}"
