@@ -159,6 +159,8 @@ def free_names_split(stmt: ast.stmt) -> tuple[set[str], set[str]]:
             return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local:
             (later if deferred else now).add(node.id)
+        elif isinstance(node, ast.Global):  # ``global n; n += 1`` reads the module's n
+            (later if deferred else now).update(node.names)
         for child in ast.iter_child_nodes(node):
             visit(child, local, deferred)
 
