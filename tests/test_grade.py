@@ -406,7 +406,7 @@ def test_the_fingerprint_sees_code_links_and_forged_bytecode_not_honest_bytecode
     assert grade.package_fingerprint(tmp_path) != base
     monkeypatch.undo()
     argv = runner.executor_argv()
-    assert argv[:3] == [sys.executable, "-I", "-B"]  # isolated, and writes no bytecode into radixlab
+    assert argv[:4] == [os.path.realpath(sys.executable), "-I", "-S", "-B"]  # isolated, and writes no bytecode into radixlab
     seen, before = [], sys.dont_write_bytecode
     real_grade = grade._grade
     monkeypatch.setattr(grade, "_grade", lambda argv: seen.append(sys.dont_write_bytecode) or real_grade(argv))
