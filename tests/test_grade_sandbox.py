@@ -184,6 +184,50 @@ def test_a_forgery_scores_nothing_in_the_sandbox(name):
     assert result is None or result.score == 0, repr(result)
 
 
+OTHER_FORGERIES = {
+    "01.1 RadixTree.find walks the path": ("01.1", "from radixlab.tree import RadixTree\n"
+        "def match_prefix(root, tokens):\n    t = RadixTree(); t.root = root\n    best = (0, None)\n"
+        "    for n in range(1, len(tokens) + 1):\n        try:\n            node = t.find(tokens[:n])\n"
+        "        except KeyError:\n            continue\n"
+        "        if node.value is not None:\n            best = (n, node.value)\n    return best\n"),
+    "04.1 RadixCache.match_prefix": ("04.1", "from radixlab.radix_cache import RadixCache, RadixKey\n"
+        "def longest_cached_prefix(q, ns, paths, p):\n    c = RadixCache(page_size=p)\n"
+        "    for t, n in paths:\n        c.insert(RadixKey(list(t), n))\n"
+        "    return len(c.match_prefix(RadixKey(list(q), ns)))\n"),
+    "04.1 the course's own RadixCache answer": ("04.1", "from radixlab.course.ex_prefix import "
+        "radix_longest_cached_prefix as longest_cached_prefix\n"),
+    "06.1 cache.evict": ("06.1", "def evict_loop(cache, heap, num_tokens):\n    return cache.evict(num_tokens)\n"),
+    "06.1 the wrong-answer helper with the right rule": ("06.1", "from radixlab.course import ex_evict\n"
+        "def evict_loop(cache, heap, n):\n"
+        "    return ex_evict.loop_with_parent_rule(lambda p: not p.children and p.lock_ref == 0)(cache, heap, n)\n"),
+    "07.1 radixlab's gather_kv": ("07.1", "from radixlab.model import layers\n"
+        "def gather_kv(r, k, v, i, n):\n    return layers.gather_kv(r, k, v, i, n)\n"),
+    "08.1 launch_with_barrier": ("08.1", "from radixlab.engine import synthetic\n"
+        "def run_batch(device, batch, in_flight):\n    return synthetic.launch_with_barrier(device, batch, in_flight)\n"),
+    "09.1 the engine's LPM sort": ("09.1", "from radixlab.engine import policies\n"
+        "from types import SimpleNamespace as R\n"
+        "def lpm_order(waiting, deprioritized):\n"
+        "    q = [R(rid=w[0]) for w in waiting]\n"
+        "    return [r.rid for r in policies.sort_by_longest_prefix(q, {w[0]: w[1] for w in waiting}, deprioritized)]\n"),
+}
+
+
+@pytest.mark.parametrize("name", ["01.1 RadixTree.find walks the path", "06.1 the wrong-answer helper with the right rule",
+                                  "07.1 radixlab's gather_kv", "08.1 launch_with_barrier", "09.1 the engine's LPM sort"])
+def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
+    """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader."""
+    exercise, source = OTHER_FORGERIES[name]
+    assert _in_kernel(exercise, [source]).passed
+
+
+@boxed
+@pytest.mark.parametrize("name", sorted(OTHER_FORGERIES))
+def test_radixlabs_own_answer_is_absent_for_every_exercise(name):
+    exercise, source = OTHER_FORGERIES[name]
+    result, run = grade_cells(exercise, [source])
+    assert result is None or result.score == 0, repr(result)
+
+
 @boxed
 def test_a_pth_file_written_into_site_packages_never_lands(tmp_path):
     site = sb.site_packages()[0]
