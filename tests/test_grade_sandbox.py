@@ -499,3 +499,31 @@ def test_the_check_cell_tells_a_student_who_hands_in_radixlab_code_the_copy_lack
          "def split(node, idx):\n    RadixCache\n    raise NotImplementedError()\n", ns)
     result = check_split(ns["split"], record=False)
     assert result.score == 0 and "radixlab.radix_cache" in repr(result) and "does not hold it" in repr(result)
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@boxed
+def test_processes_started_in_the_sandbox_die_with_it():
+    """A child, and a grandchild in its own session, both started inside bubblewrap, are gone after the run."""
+    import time
+
+    answer = (IMPORTS_02 + "\nimport os, subprocess\n" + SPLIT.replace(
+        "def split(node: RadixNode, idx: int) -> RadixNode:\n",
+        "def split(node: RadixNode, idx: int) -> RadixNode:\n"
+        "    subprocess.Popen(['sleep', '41.5'])\n"
+        "    subprocess.Popen(['setsid', 'sleep', '41.5'], start_new_session=True)\n", 1))
+    result, run = grade_cells("02.1", [answer])
+    assert run.sandbox == "bubblewrap" and result.passed
+    time.sleep(0.5)
+    assert _processes_with("sleep\x0041.5") == []
