@@ -310,7 +310,8 @@ def environment_fingerprint() -> str:
     import site
 
     h = hashlib.sha256()
-    dirs = {p for p in sys.path + site_packages() if p and os.path.isdir(p)}
+    prefixes = (sys.base_prefix, sys.prefix)  # the interpreter's and the environment's own folders, not the cwd
+    dirs = {p for p in sys.path if p and os.path.isdir(p) and p.startswith(prefixes)} | set(site_packages())
     try:
         dirs.add(site.getusersitepackages())
     except Exception:  # noqa: BLE001 - no user site in this build
