@@ -1,7 +1,7 @@
 """Grade student submissions: the grader computes every verdict itself; student code only answers.
 
     python -m radixlab grade SUBMISSION.ipynb [...] [--json FILE|-] [--timeout S] [--case-timeout S]
-                             [--total-timeout S] [--lesson NN] [--notebooks DIR] [--seed N]
+                             [--total-timeout S] [--lesson NN] [--notebooks DIR] [--seed N] [--no-sandbox]
 
 For each submission the grader (1) finds its lesson, the instructor notebook of the same name (or
 title, or ``NN_`` number), and the lesson's exercises (``radixlab.course.exercises``: one
@@ -22,8 +22,10 @@ points (by hand); pass at 80 %. A notebook can override the numbers in its metad
 ``{"radixlab": {"rubric": {"main": 2, ...}}}``.
 
 Every submission gets a report, with a reason on every row, even when it is missing, unreadable,
-of another lesson, loops, raises or kills its process; the exit code is 0 unless the grader itself
-was misused (exit 2).
+of another lesson, loops, raises, kills its process or sends malformed messages; with ``--json`` the
+file is rewritten after each submission. Each report's header says whether student code ran in
+bubblewrap; without it, the whole Python environment is checked for changes after each submission.
+The exit code is 0 unless the grader itself was misused (exit 2).
 """
 
 from __future__ import annotations
