@@ -470,7 +470,7 @@ def test_without_a_sandbox_the_grader_still_grades_and_says_so(tmp_path, monkeyp
         sb.sandbox_works.cache_clear()
 
 
-def test_without_a_sandbox_a_pth_file_voids_the_batch(tmp_path, monkeypatch):
+def test_without_a_sandbox_a_pth_file_voids_the_batch_and_the_next_run(tmp_path, monkeypatch, capsys):
     """The tamper check covers the environment's site-packages (.pth files too), not only radixlab."""
     fake_site = tmp_path / "site-packages"
     fake_site.mkdir()
@@ -490,6 +490,9 @@ def test_without_a_sandbox_a_pth_file_voids_the_batch(tmp_path, monkeypatch):
     assert (fake_site / "evil.pth").exists()
     assert first["status"] == "tampered" and "site-packages" in first["warnings"][-1]
     assert second["auto_points"] == 0 and "changed while grading" in second["execution"]["stopped"]
+    # and the next grading run refuses to start over the planted file (it would run in the grader itself)
+    assert grade.main([str(subs[1]), "--notebooks", str(NOTEBOOKS), "--no-sandbox"]) == 2
+    assert "evil.pth" in capsys.readouterr().err
 
 
 def test_the_check_cell_tells_a_student_who_hands_in_radixlab_code_the_copy_lacks():

@@ -523,6 +523,12 @@ def _grade(argv: list[str] | None) -> int:
               f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
               "and grade again", file=sys.stderr)
         return 2
+    planted = sandbox_mod.unowned_startup_files()
+    if planted:
+        print(f"error: Python runs these startup files, which no installed package owns: {', '.join(planted[:5])}. "
+              "A submission graded without a sandbox may have planted them: remove them (or reinstall the package "
+              "that should own them) and grade again", file=sys.stderr)
+        return 2
     try:
         folder = args.notebooks or default_notebooks_dir()
         if not folder.is_dir():

@@ -378,3 +378,28 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
                 return (f"{qual.strip('.') if qual in stripped else module} (your code uses it as {name}, and the "
                         "grader's copy of radixlab for this exercise does not hold it)")
     return ""
+
+
+def unowned_startup_files() -> list[str]:
+    """``.pth``, ``sitecustomize`` and ``usercustomize`` files that Python runs at startup (in
+    site-packages, the user site or the standard library) and that no installed distribution's
+    RECORD lists: one a submission planted in an earlier, unsandboxed run would be among them."""
+    import importlib.metadata as md
+    import site
+
+    dirs = list(site_packages())
+    try:
+        dirs.append(site.getusersitepackages())
+    except Exception:  # noqa: BLE001
+        pass
+    dirs += [p for p in sys.path if p and p.startswith(sys.base_prefix) and os.path.isdir(p)]
+    found = [os.path.normpath(os.path.join(d, f)) for d in dict.fromkeys(dirs) if os.path.isdir(d)
+             for f in os.listdir(d) if f.endswith(".pth") or f in STARTUP_FILES]
+    if not found:
+        return []
+    owned = set()
+    for dist in md.distributions():
+        for f in dist.files or ():
+            if str(f).endswith(".pth") or os.path.basename(str(f)) in STARTUP_FILES:
+                owned.add(os.path.normpath(str(dist.locate_file(f))))
+    return sorted(p for p in found if p not in owned)
