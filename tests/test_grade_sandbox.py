@@ -530,3 +530,18 @@ def test_processes_started_in_the_sandbox_die_with_it():
     assert run.sandbox == "bubblewrap" and result.passed
     time.sleep(0.5)
     assert _processes_with("sleep\x0041.5") == []
+
+
+def test_extract_resolves_names_as_the_check_cell_saw_them():
+    """A default is read when the def runs, a helper when the function is called at the check cell:
+    each resolves to its binding in force then; later cells do not count."""
+    from radixlab.course.extract import extract
+
+    cells = ["K = 1", "def f(x, k=K):\n    return H(x) + k", "K = 2", "def H(x):\n    return x",
+             "check(f)", "def H(x):\n    return -x", "def f(x):\n    return 0"]
+    ex = extract(list(enumerate(cells)), "f", check="check")
+    assert [s.cell for s in ex.statements] == [0, 1, 3] and "check cell (cell 4)" in ex.note
+    ex = extract(list(enumerate(cells)), "f")  # no check cell: the notebook as run to its end
+    assert [s.cell for s in ex.statements] == [6]
+    narrowed = extract([(0, "from os import path, sep, getcwd"), (1, "def f():\n    return sep")], "f")
+    assert narrowed.statements[0].keep == ["sep"]
