@@ -20,9 +20,9 @@ LAB_ROOT    := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 PYTEST_NBVAL = --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: lab test test-unit test-notebooks test-browser setup graphviz model sglang-wheel execute-notebooks student doctor clean
+.PHONY: lab test test-unit test-notebooks test-browser setup graphviz bubblewrap model sglang-wheel execute-notebooks student doctor clean
 
-setup: $(STAMP) graphviz model sglang-wheel
+setup: $(STAMP) graphviz bubblewrap model sglang-wheel
 
 # SGLang 0.5.17's wheel (22 MB, pip download --no-deps) into $RADIXLAB_CACHE (default ~/.cache/radixlab):
 # the reference tests/test_sglang_differential.py runs against (it skips, saying why, if this failed).
@@ -56,6 +56,18 @@ graphviz:
 	else \
 		echo "NOTE: Graphviz 'dot' is missing: trees will be drawn as text."; \
 		echo "      Install it with 'sudo apt-get install graphviz', 'brew install graphviz' or 'conda install -c conda-forge graphviz'."; \
+	fi
+
+# bubblewrap: the sandbox 'python -m radixlab grade' runs student code in (Linux). Without it the grader
+# still runs, unsandboxed, and every report says so in its header.
+bubblewrap:
+	@if command -v bwrap >/dev/null 2>&1 || [ "$$(uname -s)" != Linux ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing bubblewrap (bwrap, the grader's sandbox) with apt-get..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	else \
+		echo "NOTE: bubblewrap 'bwrap' is missing: 'radixlab grade' will run student code unsandboxed."; \
+		echo "      Install it with 'sudo apt-get install bubblewrap' (or your distribution's package)."; \
 	fi
 
 lab: setup

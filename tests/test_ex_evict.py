@@ -115,3 +115,18 @@ def test_under_eviction_message_says_what_the_evidence_shows():
 def test_exercise_id_follows_the_notebook():
     from radixlab.course.ex_evict import SPEC
     assert SPEC.id == "06.1" and SPEC.lesson == "06"
+
+
+@pytest.mark.parametrize("wrong, says", [
+    ("child_key_parent_loop", "with its own policy key, cache._priority_fn(parent), not the popped child's key"),
+    ("fifo_parent_loop", "push the parent onto the heap, so it competes by its key, not after every leaf"),
+])
+def test_a_parent_pushed_with_the_wrong_key_or_in_fifo_order_fails_for_each_policy(wrong, says):
+    """Issue 19: both loops scored full marks; a pushed parent whose age lies between two leaves catches them."""
+    from radixlab.course import ex_evict
+
+    result = check_evict_loop(getattr(ex_evict, wrong))
+    assert not result.passed and result.score < result.max_score
+    failed = [o for o in result.outcomes if not o.passed]
+    assert {o.name.split(":")[0] for o in failed if "between two leaves" in o.name} == {"lru", "lfu"}
+    assert all(says in o.message for o in failed if "between two leaves" in o.name), repr(result)

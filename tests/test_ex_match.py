@@ -9,7 +9,6 @@ import pytest
 from radixlab.course import ex_match
 from radixlab.course.edition import strip_markers
 from radixlab.course.ex_match import check_match_prefix
-from radixlab.course.extract import review
 from radixlab.tree import RadixTree, common_prefix_len
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01_radix_tree.ipynb"
@@ -120,16 +119,18 @@ def test_every_case_reaches_the_blank():
     assert all(not o.passed for o in result.outcomes) and len(result.outcomes) == len(ex_match.cases(0))
 
 
-def test_the_grader_rejects_a_wrapper_around_radixlabs_match_but_not_the_solution():
-    from radixlab.course.extract import extract
+def test_a_wrapper_around_radixlabs_match_scores_nothing_in_the_grader_but_the_solution_does():
+    """The grader's copy of radixlab has no RadixTree.match_prefix: a wrapper cannot reach it."""
+    from grade_helpers import grade_cells
 
     wrapper = ("from radixlab.tree import RadixTree\n\ndef match_prefix(root, tokens):\n"
                "    t = RadixTree()\n    t.root = root\n    return t.match_prefix(tokens)\n")
-    findings = review(extract([(0, wrapper)], "match_prefix"), ex_match.SPEC.forbidden)
-    assert any("RadixTree" in f for f in findings) and any(".match_prefix" in f for f in findings), findings
+    result, _ = grade_cells("01.1", [wrapper])
+    assert result.score == 0 and "has no attribute 'match_prefix'" in repr(result), repr(result)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and "def match_prefix(root, tokens)" in c.source]
-    assert review(extract([(0, strip_markers(cell.source))], "match_prefix"), ex_match.SPEC.forbidden) == []
+    result, _ = grade_cells("01.1", ["from radixlab.tree import common_prefix_len", strip_markers(cell.source)])
+    assert result.passed, repr(result)
 
 
 def test_not_a_function_is_a_clear_error():

@@ -206,7 +206,7 @@ def test_wrong_answer_loses_the_failing_cases(graded):
                                   "evict_blank_patched_reference"])
 def test_tricks_on_a_blank_answer_score_zero(graded, name):
     r = row(graded[name])
-    assert r["points"] == 0 and r["status"] in ("not done", "rejected", "failed"), r
+    assert r["points"] == 0 and r["status"] in ("not done", "failed", "error"), r
 
 
 @pytest.mark.parametrize("name", ["exit_in_answer", "patched_builtins"])
@@ -215,25 +215,21 @@ def test_tricks_inside_the_answer_score_zero(graded, name):
     assert r["points"] == 0, r
 
 
-def test_patching_builtins_inside_the_answer_is_rejected(graded):
-    r = row(graded["patched_builtins"])
-    assert r["status"] == "rejected" and "__builtins__" in r["reason"]
-
-
 def test_cells_outside_the_answer_never_run(graded):
     assert not list(NOTEBOOKS.glob("*.hacked")), "a submission's cell wrote into the instructor folder"
     assert row(graded["writes_grader_files"])["points"] == 0
 
 
 @pytest.mark.parametrize("name, evidence", [
-    ("wraps_split_through_class", "._split"), ("wraps_split_via_helper_cell", "._split"),
-    ("wraps_split_via_getattr", "getattr"), ("evict_through_class", "._evict_from_heap"),
-    ("evict_parent_rule_helper", "radixlab.course"), ("prefix_wraps_reference", "radixlab.course"),
+    ("wraps_split_through_class", "no attribute '_split'"), ("wraps_split_via_helper_cell", "_cut"),
+    ("wraps_split_via_getattr", "no attribute '_split'"), ("evict_through_class", "no attribute '_evict_from_heap'"),
+    ("evict_parent_rule_helper", "loop_with_parent_rule"), ("prefix_wraps_reference", "answers_prefix"),
 ])
-def test_write_your_own_is_enforced_by_the_grader(graded, name, evidence):
+def test_shortcuts_through_radixlab_reach_nothing_in_the_grader(graded, name, evidence):
+    """No static review any more: the executor's copy of radixlab simply lacks the reference."""
     r = row(graded[name])
-    assert r["status"] == "rejected" and r["points"] == 0, r
-    assert evidence in r["reason"] and "write your own" in r["reason"]
+    assert r["points"] == 0 and r["status"] in ("failed", "error"), r
+    assert evidence in r["reason"] + json.dumps(graded[name]["execution"]["errors"]), r
 
 
 def test_a_correct_answer_keeps_its_marks_whatever_else_the_notebook_does(graded):
@@ -336,191 +332,6 @@ def test_ci_workflow_for_course_repositories():
     assert "make test-browser" in runs and "playwright install" not in runs
 
 
-# -- the "write your own" review, fast (no process started) ------------------------------------------
-
-def _review(exercise: str, cells: list[str]) -> list[str]:
-    from radixlab.course.exercises import all_specs
-    from radixlab.course.extract import course_statements, extract, review
-
-    spec = all_specs()[exercise]
-    nb = nbformat.read(lesson_with(spec.function), as_version=4)
-    base = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    ex = extract(base + [(100 + k, src) for k, src in enumerate(cells)], spec.function,
-                 course_statements([s for _, s in base]))
-    assert not ex.problem, ex.problem
-    return review(ex, spec.forbidden)
-
-
-@pytest.mark.parametrize("exercise, cells, evidence", [
-    ("02.1", ["import radixlab.tree as m\nM = m\ndef split(node, idx):\n    M.RadixTree.insert = None\n    raise NotImplementedError()"], "changes M.RadixTree.insert"),
-    ("02.1", ["import radixlab\ndef split(node, idx):\n    t = radixlab.tree.RadixTree\n    return t._split(None, node, idx)"], "._split"),
-    ("02.1", ["import radixlab\ndef split(node, idx):\n    return radixlab.course.ex_tree.reference_split(node, idx)"], ".course"),
-    ("02.1", ["from operator import attrgetter\ndef split(node, idx):\n    return attrgetter('_sp' + 'lit')(1)"], "attrgetter"),
-    ("02.1", ["%%time\ndef split(node, idx):\n    return RadixTree._split(None, node, idx)"], "._split"),
-    ("02.1", ["def split(node, idx):\n    return __builtins__['__import__']('radixlab.course.ex_tree')"], "__builtins__"),
-    ("02.1", ["import pathlib\ndef split(node, idx):\n    pathlib.Path('x').write_text('y')\n    raise NotImplementedError()"], "pathlib"),
-    ("02.1", ["def split(node, idx):\n    exec('import radixlab')\n    raise NotImplementedError()"], "exec()"),
-    ("02.1", ["def split(node, idx):\n    return vars(RadixNode)\n"], "vars()"),
-    ("04.1", ["from radixlab.hash_cache import HashCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return HashCache(p)"], "without radixlab"),
-    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return page_size_view(paths, q, ns, p).reusable"], "page_size_view"),
-    ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match_prefix(q))"], "RadixCache"),
-    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    return type(cache).evict(cache, num_tokens)"], ".evict"),
-    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
-    ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
-              "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
-    # frames and the call stack (the reference used to sit in the executor's globals)
-    ("01.1", ["import traceback\ndef match_prefix(root, tokens):\n    for frame, _ in traceback.walk_stack(None):\n"
-              "        for v in list(getattr(frame, 'f_globals').values()):\n            ref = getattr(v, 'reference', None)\n"
-              "            if callable(ref):\n                return ref(root, tokens)\n    return (0, None)"], "imports traceback"),
-    ("01.1", ["def match_prefix(root, tokens):\n    try:\n        1 / 0\n    except Exception as e:\n"
-              "        return getattr(e, 'tb_frame')"], "'tb_frame'"),
-    ("01.1", ["def match_prefix(root, tokens):\n    g = (x for x in [1])\n    return g.gi_frame.f_back"], ".gi_frame"),
-    ("01.1", ["def match_prefix(root, tokens):\n    return getattr(root, '__dict__')"], "'__dict__'"),
-    ("01.1", ["from inspect import currentframe\ndef match_prefix(root, tokens):\n    return currentframe()"], "inspect"),
-    # getattr & co. as values (their names are constants, their use is not)
-    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n    g = getattr\n"
-              "    T = g(t, 'Radix' + 'Tree')\n    tree = T()\n    tree.root = root\n    return tree.match_prefix(tokens)"],
-     "uses getattr as a value"),
-    ("02.1", ["def split(node, idx):\n    g = getattr\n    T = type(node)\n    return g(T, '_sp' + 'lit')(None, node, idx)"],
-     "uses getattr as a value"),
-    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    g = getattr\n"
-              "    return g(type(cache), '_evict' + '_from_heap')(cache, heap, num_tokens)"], "uses getattr as a value"),
-    ("01.1", ["import functools\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
-              "    get = functools.partial(getattr, t)\n    return get('Radix' + 'Tree')"], "uses getattr as a value"),
-    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n"
-              "    return list(map(getattr, [t], ['Radix' + 'Tree']))"], "uses getattr as a value"),
-    ("01.1", ["def match_prefix(root, tokens):\n    return hasattr(root, 'x' + 'y')"], "computed name"),
-    ("01.1", ["def match_prefix(root, tokens):\n    return dir(root)"], "dir()"),
-    ("02.1", ["def split(node, idx):\n    return getattr(type(node), '_split')"], "'_split'"),
-    # 09.1: the engine's LPM ordering is radixlab's answer too
-    ("09.1", ["from radixlab.engine.schedule_policy import POLICIES\ndef lpm_order(waiting, deprioritized):\n"
-              "    return POLICIES['lpm']"], "POLICIES"),
-    ("09.1", ["import radixlab.engine.schedule_policy as sp\ndef lpm_order(waiting, deprioritized):\n"
-              "    return sp.OrderingPolicy"], "schedule_policy"),
-    ("09.1", ["def lpm_order(waiting, deprioritized):\n    q = list(waiting)\n    policy.calc_priority(q)\n    return q"],
-     ".calc_priority"),
-    ("09.1", ["from radixlab.engine import policies\ndef lpm_order(waiting, deprioritized):\n"
-              "    return policies.active_policy('lpm', len(waiting))"], "radixlab.engine.policies"),
-    # patching a class through an object
-    ("08.1", ["def run_batch(device, batch, in_flight):\n    type(device).synchronize = lambda self, *a: None\n"
-              "    raise NotImplementedError()"], "changes type(device).synchronize"),
-    ("08.1", ["def run_batch(device, batch, in_flight):\n    device.__class__.launch = None\n    raise NotImplementedError()"],
-     "changes device.__class__.launch"),
-    ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    T = type(cache)\n    T.evict_from = None\n    return 0"],
-     "changes T.evict_from"),
-    ("08.1", ["def patch(T):\n    T.synchronize = None\n\n\ndef run_batch(device, batch, in_flight):\n"
-              "    patch(type(device))\n    raise NotImplementedError()"], "hands type(device) on"),
-    ("08.1", ["def run_batch(device, batch, in_flight):\n    for T in [type(device)]:\n"
-              "        T.synchronize = None\n    raise NotImplementedError()"], "changes T.synchronize"),
-    # attributes read without a dot: match class patterns, format fields; a course cell's reflection import
-    ("01.1", ["def match_prefix(root, tokens):\n    match root:\n        case object(__dict__=d):\n"
-              "            return d\n    return (0, None)"], "uses .__dict__"),
-    ("01.1", ["def match_prefix(root, tokens):\n    match match_prefix:\n        case object(__globals__=g):\n"
-              "            return g\n    return (0, None)"], "uses .__globals__"),
-    ("01.1", ["import string\ndef match_prefix(root, tokens):\n"
-              "    return string.Formatter().get_field('0.Radix' + 'Tree', [root], {})[0]"], ".get_field"),
-    ("01.1", ["def match_prefix(root, tokens):\n    return dict(inspect.signature(root))"],  # notebook 01 imports inspect
-     "uses inspect, imported from a reflection"),
-    # a binding of its own would exempt the name from the checks above
-    ("01.1", ["getattr = getattr\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
-              "    T = getattr(t, 'Radix' + 'Tree')\n    return T().match(tokens)"], "binds getattr"),
-    ("01.1", ["from functools import partial as getattr\ndef match_prefix(root, tokens):\n    return getattr(root)"],
-     "as getattr"),
-    ("02.1", ["def split(node, idx, run=None, exec=exec):\n    exec('import radixlab')\n    raise NotImplementedError()"],
-     "uses exec as a value"),
-    ("02.1", ["E = [eval]\ndef split(node, idx):\n    return E[0]('1')"], "uses eval as a value"),
-    ("01.1", ["if 0:\n    def getattr(o, n):\n        pass\nimport radixlab.tree as t\ndef match_prefix(root, tokens):\n"
-              "    return getattr(t, 'Radix' + 'Tree')"], "binds getattr"),
-    ("01.1", ["import radixlab.tree as t\ndef match_prefix(root, tokens):\n    class K:\n        def getattr(self):\n"
-              "            pass\n    return getattr(t, 'Radix' + 'Tree')"], "computed name"),  # K's method is not a local
-    ("01.1", ["from operator import *\ndef match_prefix(root, tokens):\n    return attrgetter('x')(root)"], "imports *"),
-    ("04.1", ["import pkgutil\ndef longest_cached_prefix(q, ns, paths, p):\n    return pkgutil.resolve_name('x:y')(q)"],
-     "imports pkgutil"),
-    ("02.1", ["import typing\ndef split(node, idx):\n    def h(x: 'node'):\n        pass\n"
-              "    return typing.get_type_hints(h, localns={'node': node})"], ".get_type_hints"),
-    ("01.1", ["for RadixTree in [RadixTree]:\n    pass\ndef match_prefix(root, tokens):\n    return RadixTree"],
-     "rebinds RadixTree"),
-    ("01.1", ["def match_prefix(root, tokens, inspect=inspect):\n    return inspect.stack()"], "uses inspect"),
-    ("04.1", ["RadixCache = RadixCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match(q))"],
-     "rebinds RadixCache"),
-    ("02.1", ["def split(node, idx):\n    for vars in [1]:\n        pass\n    raise NotImplementedError()"], "binds vars"),
-    ("02.1", ["def split(node, idx):\n    match 1:\n        case getattr:\n            pass\n    raise NotImplementedError()"],
-     "binds getattr"),
-    ("02.1", ["def split(node, idx):\n    try:\n        pass\n    except Exception as setattr:\n        pass\n"
-              "    raise NotImplementedError()"], "binds setattr"),
-], ids=lambda v: v if isinstance(v, str) and len(v) < 30 else None)
-def test_review_rejects_shortcuts(exercise, cells, evidence):
-    findings = _review(exercise, cells)
-    assert any(evidence in f for f in findings), findings
-
-
-@pytest.mark.parametrize("exercise, cells", [
-    ("04.1", ["def longest_cached_prefix(q, ns, paths, p, compile=False):\n    if p <= 0:\n        raise ValueError('p')\n"
-              "    best = 0\n    for t, n in paths:\n        if n != ns:\n            continue\n        c = 0\n"
-              "        for dir in (1,):\n            while c < min(len(q), len(t)) and q[c] == t[c]:\n                c += dir\n"
-              "        open = c // p * p\n        best = max(best, open)\n    return best"]),  # dir, open, compile: honest names
-    ("04.1", ["import operator, itertools\ndef longest_cached_prefix(q, ns, paths, p):\n    if p <= 0:\n        raise ValueError('p')\n"
-              "    best = 0\n    for t, n in sorted(paths, key=operator.itemgetter(1)):\n        if n == ns:\n"
-              "            c = sum(1 for _ in itertools.takewhile(lambda ab: ab[0] == ab[1], zip(q, t)))\n"
-              "            best = max(best, c // p * p)\n    return best"]),
-    ("06.1", ["class Counter:\n    n = 0\n\n\ndef evict_loop(cache, heap, num_tokens):\n    Counter.n += 1\n    evicted = 0\n"
-              "    while evicted < num_tokens and heap:\n        _, node = heapq.heappop(heap)\n"
-              "        cache.token_to_kv_pool_allocator.free(node.value)\n        evicted += len(node.key)\n"
-              "        cache._delete_leaf(node)\n    return evicted"]),
-    ("02.1", ["def split(node, idx):\n    assert isinstance(node, type(node)) and type(node) is not int, type(node).__name__\n"
-              "    suffix = type(node)(node.key[idx:], node.value)\n    suffix.children, suffix.ref = node.children, node.ref\n"
-              "    node.key, node.value, node.children = node.key[:idx], None, {suffix.key[0]: suffix}\n    return suffix"]),
-    ("02.1", ["import copy\n\n\ndef split(node, idx):\n    suffix = copy.copy(node)\n    suffix.key, node.key = node.key[idx:], node.key[:idx]\n"
-              "    node.value, node.children = None, {suffix.key[0]: suffix}\n    return suffix"]),
-    ("01.1", ["def match_prefix(root, tokens):\n    node, hit_len, hit_val, i = root, 0, None, 0\n"
-              "    while i < len(tokens):\n        child = getattr(node, 'children', {}).get(tokens[i])\n"
-              "        if child is None or list(child.key) != list(tokens[i:i + len(child.key)]):\n            break\n"
-              "        node, i = child, i + len(child.key)\n        if hasattr(node, 'value') and node.value is not None:\n"
-              "            hit_len, hit_val = i, node.value\n    return hit_len, hit_val"]),
-])
-def test_review_accepts_honest_code(exercise, cells):
-    assert _review(exercise, cells) == []
-
-
-def test_the_executor_holds_no_reference_and_no_answer(tmp_path):
-    """The executor process (no review here) finds no reference in any frame, global or module it reaches,
-    and cannot import the answers, the registry or the grader: wrapping the reference earns nothing."""
-    from radixlab.course.ex_match import cases
-    from radixlab.course.runner import run_exercise
-
-    probe = (
-        "import sys, traceback\n"
-        "def match_prefix(root, tokens):\n"
-        "    leaks = []\n"
-        "    for frame, _ in traceback.walk_stack(None):\n"
-        "        for scope in (frame.f_globals, frame.f_locals):\n"
-        "            for v in list(scope.values()):\n"
-        "                if callable(getattr(v, 'reference', None)):\n"
-        "                    leaks.append('spec in a frame')\n"
-        "    for name in list(sys.modules):\n"
-        "        if name.startswith(('radixlab.course.answers', 'radixlab.course.exercises', 'radixlab.course.grade')):\n"
-        "            leaks.append(name)\n"
-        "    for name in ('radixlab.course.answers_match', 'radixlab.course.exercises'):\n"
-        "        try:\n"
-        "            __import__(name)\n"
-        "            leaks.append('imported ' + name)\n"
-        "        except ImportError:\n"
-        "            pass\n"
-        "    mod = sys.modules['radixlab.course.ex_match']\n"
-        "    for spec in mod.SPECS:\n"
-        "        try:\n"
-        "            leaks.append(repr(spec.reference(root, tokens)))\n"
-        "        except ImportError:\n"
-        "            pass\n"
-        "    return (0, ' '.join(sorted(set(leaks))) or 'clean')\n")
-    args = [c.args for c in cases(7)]
-    run = run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
-    assert run.defined, run.errors
-    for o in run.outcomes:
-        assert "answer" in o, o
-        assert {tuple(r) for r in o["answer"]["results"]} == {(0, "clean")}, o["answer"]["results"]
-
-
 def test_every_spec_agrees_with_itself_on_fresh_seeds():
     """The grader draws hidden cases from a fresh seed: the reference must pass every one of them."""
     from radixlab.course.exercises import all_specs
@@ -595,7 +406,7 @@ def test_the_fingerprint_sees_code_links_and_forged_bytecode_not_honest_bytecode
     assert grade.package_fingerprint(tmp_path) != base
     monkeypatch.undo()
     argv = runner.executor_argv()
-    assert argv[:3] == [sys.executable, "-I", "-B"]  # isolated, and writes no bytecode into radixlab
+    assert argv[:4] == [os.path.realpath(sys.executable), "-I", "-S", "-B"]  # isolated, and writes no bytecode into radixlab
     seen, before = [], sys.dont_write_bytecode
     real_grade = grade._grade
     monkeypatch.setattr(grade, "_grade", lambda argv: seen.append(sys.dont_write_bytecode) or real_grade(argv))
@@ -681,7 +492,7 @@ def _run_first_case_once(first_case: str, mark: str):
         + first_case +
         "    return (0, 'x')\n")
     args = [c.args for c in cases(7)][:2]
-    return run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120)
+    return run_exercise("01.1", "match_prefix", {0: probe}, [(0, 0), (0, 1)], args, 20, 60, 120, sandbox=False)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks and a child subreaper: Linux")
@@ -752,14 +563,11 @@ def test_what_the_executor_wrote_just_before_it_exited_is_read(monkeypatch):
 
 
 def test_a_comprehension_variable_stays_in_the_comprehension():
-    """Python 3 comprehensions have their own scope: a loop variable named like radixlab's class does
-    not make later uses of the class the student's own, nor hide the statement that defines a helper."""
+    """Python 3 comprehensions have their own scope: a loop variable does not hide the statement that
+    defines a helper of the same name."""
     from radixlab.course.exercises import all_specs
     from radixlab.course.extract import course_statements, extract
 
-    findings = _review("04.1", ["[0 for RadixCache in ()]\ndef longest_cached_prefix(q, ns, paths, p):\n"
-                                "    return len(RadixCache(p).match(q))"])
-    assert any("uses RadixCache" in f for f in findings), findings
     spec = all_specs()["01.1"]
     nb = nbformat.read(lesson_with(spec.function), as_version=4)
     base = [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]

@@ -63,6 +63,34 @@ ignores_lock_loop = loop_with_parent_rule(lambda parent: not parent.children)
 """Plausible wrong answer 2: pushes the parent without asking whether a request holds it."""
 
 
+def child_key_parent_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
+    """Plausible wrong answer 3: pushes the parent with the popped child's key, not its own."""
+    evicted = 0
+    while evicted < num_tokens and heap:
+        key, node = heapq.heappop(heap)
+        cache.token_to_kv_pool_allocator.free(node.value)
+        evicted += len(node.key)
+        cache._delete_leaf(node)
+        parent = node.parent
+        if parent is not cache.root_node and not parent.children and parent.lock_ref == 0:
+            heapq.heappush(heap, (key, parent))
+    return evicted
+
+
+def fifo_parent_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:
+    """Plausible wrong answer 4: parents that became leaves wait in a list until the heap is empty."""
+    evicted, later = 0, []
+    while evicted < num_tokens and (heap or later):
+        node = heapq.heappop(heap)[1] if heap else later.pop(0)
+        cache.token_to_kv_pool_allocator.free(node.value)
+        evicted += len(node.key)
+        cache._delete_leaf(node)
+        parent = node.parent
+        if parent is not cache.root_node and not parent.children and parent.lock_ref == 0:
+            later.append(parent)
+    return evicted
+
+
 # -- scenarios: each builds a fresh cache; the student's loop and the reference run on twins --------
 
 
@@ -120,8 +148,24 @@ def bushy(page_size: int = 1, policy: str = "lru", first: int = 100) -> RadixCac
     return cache
 
 
+def parent_between(policy: str = "lru", off: int = 0) -> RadixCache:
+    """A parent whose age lies between two leaves: P → X (the oldest leaf), L1 (older than P), L2
+    (newest). Evicting X makes P a leaf that must go after L1 and before L2 (tokens + ``off``)."""
+    cache, alloc = _cache(1, policy)
+    p, x = [off + 1, off + 2], [off + 3, off + 4, off + 5]
+    _put(cache, alloc, p + x)
+    cache.match_prefix(p + [off + 99])  # splits the edge: P above X, X the oldest leaf
+    _put(cache, alloc, [off + t for t in (20, 21, 22, 23)])  # L1
+    cache.match_prefix(p + [off + 98])  # P alone touched: older than L2, newer than L1
+    _put(cache, alloc, [off + 30] * 5)  # L2
+    for _ in range(2 if policy == "lfu" else 0):
+        cache.match_prefix([off + 30] * 5)
+    return cache
+
+
 SCENARIOS: dict[str, Callable[..., RadixCache]] = {"chain": chain, "locked_parent": locked_parent,
-                                                  "figure_4_1": figure_4_1, "bushy": bushy}
+                                                  "figure_4_1": figure_4_1, "bushy": bushy,
+                                                  "parent_between": parent_between}
 
 
 def _tree(cache: RadixCache) -> list[list]:
@@ -145,12 +189,8 @@ def drive(loop: EvictLoop, args: dict) -> dict:
 
     before, locked = _tree(cache), [n.id for n in cache.nodes() if n.lock_ref > 0]
     evictable = cache.evictable_size()
-    real = cache._evict_from_heap
-    cache.evict = shortcut  # type: ignore[method-assign]
-    if loop is not reference_evict_loop:
-        cache._evict_from_heap = shortcut  # type: ignore[method-assign]
-    else:
-        cache._evict_from_heap = real  # type: ignore[method-assign]
+    if loop is not globals().get("reference_evict_loop"):  # the grader's executor's copy has no reference,
+        cache.evict = cache._evict_from_heap = shortcut  # type: ignore[method-assign]  # nor these two methods
     returned = loop(cache, initial_heap(cache), args["num_tokens"])
     after = _tree(cache)
     alloc = cache.token_to_kv_pool_allocator
@@ -195,6 +235,15 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
     if gone_got != gone_want:
         extra = sorted(gone_got - gone_want)
         missing = sorted(gone_want - gone_got)
+        parents = {r[1] for r in got["before"]}  # nodes that had children: pushed once they became leaves
+        if any(e in parents for e in extra):
+            return (f"{what}: evicted node #{[e for e in extra if e in parents][0]}, a parent your loop pushed, too "
+                    f"early (expected {sorted(gone_want)}, got {sorted(gone_got)}): push the parent with its own "
+                    "policy key, cache._priority_fn(parent), not the popped child's key")
+        if any(m in parents for m in missing):
+            return (f"{what}: node #{[m for m in missing if m in parents][0]} became a leaf older than a leaf you "
+                    f"evicted, but your loop kept it (expected {sorted(gone_want)}, got {sorted(gone_got)}): push the "
+                    "parent onto the heap, so it competes by its key, not after every leaf already there")
         return (f"{what}: evicted nodes {sorted(gone_got)}, expected {sorted(gone_want)}"
                 + (f" (#{extra[0]} should have stayed" if extra else " (")
                 + (f"; #{missing[0]} should have gone)" if missing else ")")
@@ -224,6 +273,10 @@ def cases(seed: int = 0) -> list[GradedCase]:
                    c("bushy", 1000, first=first), "boundary"),
         GradedCase("pages of 4 and the lfu policy", c("bushy", 20, page_size=4, policy="lfu", first=first), "boundary"),
         GradedCase("partial eviction follows the policy order", c("bushy", 4 + rng.randrange(3), first=first), "boundary"),
+        *(GradedCase(f"{pol}: a pushed parent whose age lies between two leaves ({what})",
+                     c("parent_between", n, policy=pol, **off), "boundary", 0.5)
+          for pol in ("lru", "lfu") for n, what in ((4, "it goes after the older leaf"),
+                                                     (8, "it goes before the newer leaf"))),
     ]
 
 
@@ -231,7 +284,11 @@ SPEC = ExerciseSpec(
     id="06.1", title="the eviction loop", function="evict_loop", check="check_evict_loop",
     reference=reference_evict_loop, drive=drive, cases=cases, compare=compare,
     forbidden=("evict", "_evict_from_heap", "reference_evict_loop", "loop_with_parent_rule",
-               "forgets_parent_loop", "ignores_lock_loop", "_evictable_heap", "initial_heap"))
+               "forgets_parent_loop", "ignores_lock_loop"),
+    strip=("radixlab.radix_cache:RadixCache.evict", "radixlab.radix_cache:RadixCache._evict_from_heap",
+           "radixlab.course.ex_evict:loop_with_parent_rule", "radixlab.course.ex_evict:forgets_parent_loop",
+           "radixlab.course.ex_evict:ignores_lock_loop", "radixlab.course.ex_evict:fifo_parent_loop",
+           "radixlab.course.ex_evict:child_key_parent_loop"))  # absent in the executor
 SPECS = [SPEC]
 
 

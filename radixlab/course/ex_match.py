@@ -102,7 +102,10 @@ def cases(seed: int = 0) -> list[GradedCase]:
 SPEC = ExerciseSpec(
     id="01.1", title="match_prefix", function="match_prefix", check="check_match_prefix",
     reference=reference_match_prefix, drive=drive, cases=cases, compare=compare,
-    forbidden=("match_prefix", "reference_match_prefix", "RadixTree", "find"))
+    forbidden=("match_prefix", "reference_match_prefix", "find"),
+    # absent from the grader's executor: every walk that answers a match (the lead updates these dotted
+    # names when modules move)
+    strip=("radixlab.tree:RadixTree.match_prefix", "radixlab.tree:RadixTree.find"))
 SPECS = [SPEC]
 
 

@@ -184,7 +184,10 @@ SPEC = ExerciseSpec(
     id=EXERCISE, title=TITLE, function="longest_cached_prefix", check="check_longest_cached_prefix",
     reference=_reference, drive=drive, cases=cases, compare=compare,
     forbidden=("radixlab.*", "reference_longest_cached_prefix", "radix_longest_cached_prefix", "answers_prefix",
-               "RadixCache", "RadixKey", "match_prefix", "page_aligned", "page_size_view"))
+               "RadixCache", "RadixKey", "match_prefix", "page_aligned", "page_size_view"),
+    answer_imports=("radixlab.tree",),  # lesson 01's common_prefix_len (the copy holds no radix_cache at all)
+    strip=("radixlab.course.ex_prefix:radix_longest_cached_prefix", "radixlab.tree:RadixTree.match_prefix",
+           "radixlab.tree:RadixTree.find"))
 SPECS = [SPEC]
 
 

@@ -1,15 +1,16 @@
 """Grade student submissions: the grader computes every verdict itself; student code only answers.
 
     python -m radixlab grade SUBMISSION.ipynb [...] [--json FILE|-] [--timeout S] [--case-timeout S]
-                             [--total-timeout S] [--lesson NN] [--notebooks DIR] [--seed N]
+                             [--total-timeout S] [--lesson NN] [--notebooks DIR] [--seed N] [--no-sandbox]
 
 For each submission the grader (1) finds its lesson, the instructor notebook of the same name (or
 title, or ``NN_`` number), and the lesson's exercises (``radixlab.course.exercises``: one
 ``ExerciseSpec`` each) and written questions; (2) for each exercise, reads the submission *without
-running it* and extracts the exercise function with the imports and helpers it uses
-(``extract.py``), rejecting an answer that uses radixlab's own implementation, patches modules or
-uses reflection (the "write your own" rule); (3) runs that function in a fresh, isolated process on
-inputs the grader chose, with a time limit per case (``runner.py``), and receives plain data back;
+running it* and extracts the exercise function with the imports and helpers it uses, as its check
+cell saw them (``extract.py``); (3) runs that function in a fresh process on inputs the grader
+chose, with a time limit per case (``runner.py``), against a copy of radixlab from which the
+exercise's reference is absent, inside bubblewrap where it works (``sandbox.py``), and receives
+plain data back;
 (4) computes the expected answers from its own clean radixlab, compares, and scores each case by the
 course rubric (``rubric.py``), partial credit case by case; (5) lists each written answer for marking
 by hand. Check-cell verdicts, printed lines and anything else in the student's kernel are never read.
@@ -21,8 +22,10 @@ points (by hand); pass at 80 %. A notebook can override the numbers in its metad
 ``{"radixlab": {"rubric": {"main": 2, ...}}}``.
 
 Every submission gets a report, with a reason on every row, even when it is missing, unreadable,
-of another lesson, loops, raises or kills its process; the exit code is 0 unless the grader itself
-was misused (exit 2).
+of another lesson, loops, raises, kills its process or sends malformed messages; with ``--json`` the
+file is rewritten after each submission. Each report's header says whether student code ran in
+bubblewrap; without it, the whole Python environment is checked for changes after each submission.
+The exit code is 0 unless the grader itself was misused (exit 2).
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import nbformat
 
 from .edition import ANSWER_PLACEHOLDER, is_solution_cell
 from .exercises import all_specs, by_check, for_lesson
-from .extract import course_statements, extract, review
+from . import sandbox as sandbox_mod
+from .extract import course_statements, extract
 from .rubric import RUBRIC
 from .runner import run_exercise
 from .spec import ExerciseSpec, outcomes_for
@@ -201,26 +205,24 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
     calls = [i for i, c in enumerate(sub.cells) if c.cell_type == "code" and exp.check in CHECK_CALL.findall(c.source)]
     if not calls:
         row["notes"].append(f"check cell missing (no cell calls {exp.check}()): graded anyway")
-    ex = extract(_code_cells(sub), spec.function, lesson.statements)
+    ex = extract(_code_cells(sub), spec.function, lesson.statements, exp.check)
     execution["errors"] += [e for e in ex.syntax_errors if e not in execution["errors"]]
     if ex.problem:
         row.update(status="missing", reason=ex.problem)
         return row
-    findings = review(ex, spec.forbidden)
-    if findings:
-        row.update(status="rejected", findings=findings,
-                   reason="not your own code (course rule: write your own; an instructor may override): "
-                          + "; ".join(findings[:3]))
-        return row
+    if ex.note and not ex.note.startswith("graded as the check cell"):
+        row["notes"].append(ex.note)
     cases = spec.cases(seed)
     args = [c.args for c in cases]
     # The expected answers, from the grader's own radixlab, through JSON like the executor's answers;
     # computed before any student code runs, so nothing that code does can reach them.
     wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
     left = max(1.0, timeouts["total"] - execution["seconds"])
-    run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index) for s in ex.statements], args,
+    run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index, s.keep) for s in ex.statements], args,
                        timeouts["case"] or spec.time_limit, timeouts["define"], left,
-                       drive=f"{spec.drive.__module__}:{spec.drive.__qualname__}")
+                       drive=f"{spec.drive.__module__}:{spec.drive.__qualname__}", strip=spec.all_stripped(),
+                       roots=spec.copy_roots(),
+                       sandbox=timeouts.get("sandbox"))
     execution["seconds"] = round(execution["seconds"] + run.seconds, 2)
     execution["cells_run"] = max(execution["cells_run"], len(ex.cells))
     execution["errors"] += run.errors
@@ -264,9 +266,13 @@ def _answer(q: Question, lesson: Lesson, sub: nbformat.NotebookNode) -> tuple[st
 
 def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60, total_timeout: float = 600,
                      *, case_timeout: float | None = None, seed: int = 0, lessons: list[Lesson] | None = None,
-                     nb: nbformat.NotebookNode | None = None, problem: str = "") -> dict:
-    """Grade one submission and build its report (a JSON-ready dict). Never raises for a bad submission."""
+                     nb: nbformat.NotebookNode | None = None, problem: str = "", sandbox: bool | None = None) -> dict:
+    """Grade one submission and build its report (a JSON-ready dict). Never raises for a bad submission.
+
+    ``sandbox``: None runs student code under bubblewrap where it works, False never does."""
+    boxed = sandbox is not False and sandbox_mod.sandboxed()
     report = {"submission": str(path), "lesson": lesson.name if lesson else "?", "title": lesson.title if lesson else "",
+              "sandbox": "bubblewrap" if boxed else f"none ({'turned off' if sandbox is False else sandbox_mod.sandbox_works()})",
               "status": "graded", "rubric": lesson.rubric if lesson else dict(DEFAULT_RUBRIC), "grader_seed": seed,
               "warnings": [], "execution": {"seconds": 0.0, "cells_run": 0, "errors": [], "stopped": ""},
               "exercises": [], "questions": []}
@@ -288,7 +294,7 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
         if warning:
             report["status"] = "wrong lesson"
             report["warnings"].append(warning)
-        timeouts = {"define": cell_timeout, "case": case_timeout, "total": total_timeout}
+        timeouts = {"define": cell_timeout, "case": case_timeout, "total": total_timeout, "sandbox": boxed}
         for e in lesson.exercises:
             try:
                 report["exercises"].append(grade_exercise(e, sub, lesson, seed, timeouts, report["execution"]))
@@ -433,7 +439,11 @@ def summary(reports: list[dict]) -> str:
 
 def format_report(rep: dict) -> str:
     ex = rep["execution"]
+    box = rep.get("sandbox", "")
     lines = [f"== {rep['submission']}  (lesson {rep['lesson']}: {rep['title']})",
+             "   student code ran in bubblewrap on a copy of radixlab without the exercises' references"
+             if box == "bubblewrap" else f"   ⚠ NO SANDBOX: {box.removeprefix('none ')}; student code ran unconfined "
+             "(it could read the repository and change this machine; the grader checked the environment for changes)",
              f"   graded {len(rep['exercises'])} exercise(s) in {ex.get('seconds', 0):g} s (grader seed {rep.get('grader_seed', 0)})"
              + (f"; {len(ex.get('errors', []))} statement(s) raised" if ex.get("errors") else "")
              + (f"; stopped: {ex['stopped']}" if ex.get("stopped") else "")]
@@ -488,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--total-timeout", type=float, default=600, help="seconds per notebook (default 600)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed for the hidden cases (default: a fresh one per run, printed in the report)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run student code without bubblewrap even where it works (the reports say so)")
     p.add_argument("--json", dest="json_out", help="also write the reports as JSON to FILE ('-' = stdout only JSON)")
     return p
 
@@ -510,6 +522,12 @@ def _grade(argv: list[str] | None) -> int:
         print(f"error: radixlab's bytecode cache holds files that are not what their sources compile to "
               f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
               "and grade again", file=sys.stderr)
+        return 2
+    planted = sandbox_mod.unowned_startup_files()
+    if planted:
+        print(f"error: Python runs these startup files, which no installed package owns: {', '.join(planted[:5])}. "
+              "A submission graded without a sandbox may have planted them: remove them (or reinstall the package "
+              "that should own them) and grade again", file=sys.stderr)
         return 2
     try:
         folder = args.notebooks or default_notebooks_dir()
@@ -543,32 +561,53 @@ def _grade(argv: list[str] | None) -> int:
             problem = problem or str(exc)
         jobs.append((s, lesson, nb, problem))
     _load_answers()
-    reports, fingerprint, tampered = [], package_fingerprint(), ""
+    box = None if not args.no_sandbox else False
+    boxed = box is not False and sandbox_mod.sandboxed()
+
+    def fingerprint_now() -> str:  # unsandboxed, a submission could change any file the next run loads
+        return package_fingerprint() + ("" if boxed else sandbox_mod.environment_fingerprint())
+
+    reports, fingerprint, tampered = [], fingerprint_now(), ""
     for s, lesson, nb, problem in jobs:
         if tampered:
-            problem = f"not graded: radixlab's files changed while grading {tampered}; reinstall radixlab"
-        rep = grade_submission(s, lesson, args.timeout, args.total_timeout, case_timeout=args.case_timeout,
-                               seed=seed, lessons=lessons, nb=nb, problem=problem)
-        if not tampered and package_fingerprint() != fingerprint:
+            problem = f"not graded: radixlab's files or the Python environment changed while grading {tampered}"
+        try:
+            rep = grade_submission(s, lesson, args.timeout, args.total_timeout, case_timeout=args.case_timeout,
+                                   seed=seed, lessons=lessons, nb=nb, problem=problem, sandbox=box)
+        except Exception as exc:  # a grader bug on one submission: its own report, the batch goes on
+            rep = grade_submission(s, lesson, problem=f"the grader failed on this submission: "
+                                   f"{type(exc).__name__}: {_short(str(exc), 200)}", sandbox=box, seed=seed)
+        if not tampered and fingerprint_now() != fingerprint:
             tampered = str(s)
             rep["status"] = "tampered"
-            rep["warnings"].append("radixlab's installed files changed while this submission ran: its grades "
-                                   "and every later one are void; reinstall radixlab and grade again")
+            rep["warnings"].append("radixlab's files or the Python environment (site-packages, .pth, sitecustomize) "
+                                   "changed while this submission ran: its grades and every later one are void; "
+                                   "reinstall and grade again")
             for r in rep["exercises"]:
                 r.update(points=0.0, main_path=0.0, boundary=0.0, status="tampered", reason=rep["warnings"][-1])
             rep["auto_points"] = 0.0
         reports.append(rep)
         if args.json_out != "-":
             print(format_report(rep) + "\n", flush=True)
+        if args.json_out and args.json_out != "-":  # written as each submission is graded: a crash later keeps it
+            _write_json(Path(args.json_out), reports, done=False)
     if len(reports) > 1 and args.json_out != "-":
         print(summary(reports))
-    doc = {"grader": "radixlab", "reports": reports}
     if args.json_out == "-":
-        print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
+        print(json.dumps({"grader": "radixlab", "complete": True, "reports": reports}, indent=1, ensure_ascii=False,
+                         default=str))
     elif args.json_out:
-        Path(args.json_out).write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+        _write_json(Path(args.json_out), reports, done=True)
         print(f"wrote {args.json_out}")
     return 0
+
+
+def _write_json(path: Path, reports: list[dict], done: bool) -> None:
+    """The reports so far, replacing the file atomically (``complete`` is false until the last one)."""
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps({"grader": "radixlab", "complete": done, "reports": reports}, indent=1,
+                              ensure_ascii=False, default=str), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

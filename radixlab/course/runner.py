@@ -1,16 +1,15 @@
 """The untrusted executor: run a student's exercise function on grader-chosen inputs, get plain data back.
 
-``run_exercise`` starts a fresh Python process (isolated mode, an empty temporary folder as its
-working directory), sends it the graded program (the statements ``extract`` chose) and the cases'
-arguments, and reads back one line per case: the plain data ``spec.drive`` returned, or how the case
-failed (not done, raised, timed out). Every case has a time limit; a case that runs past it (or
-kills the process) is recorded and a new process continues with the next case. Every process the
-submission started dies with its executor (``_kill``, ``_kill_adopted``). The process never
-sees an expected value or a verdict: the grader computes those itself (``grade.py``). It does not
-even hold the reference: it imports only the module of the spec's ``drive`` (whose reference is a
-stub that loads ``answers_*`` on demand) and refuses to import ``radixlab.course.answers*``, the
-exercise registry and the grader, so no frame, global or module it can reach leads to an answer. Whatever the
-student's code does inside the process can only change the answers it reports.
+``run_exercise`` builds the exercise's stripped copy of radixlab (``sandbox.build_copy``: the
+reference and every part that computes the same answer are absent from it), starts a fresh Python
+process on that copy (under bubblewrap where it works), sends it the graded program (the statements
+``extract`` chose) and the cases' arguments, and reads back one line per case: the plain data
+``spec.drive`` returned, or how the case failed (not done, raised, timed out). Every line is
+untrusted data (``_validate``): a malformed one ends that submission's run, never the grader. Every
+case has a time limit; a case that runs past it (or kills the process) is recorded and a new process
+continues with the next case. Every process the submission started dies with its executor
+(``_kill``, ``_kill_adopted``; in the sandbox, its PID namespace). The process never sees an
+expected value or a verdict: the grader computes those itself (``grade.py``).
 """
 
 from __future__ import annotations
@@ -27,20 +26,16 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sandbox as sb
+from .messages import validate as _validate
 
 EXECUTOR = r'''
 import ast, builtins, importlib, json, os, sys, time
 
-class _Refuse:
-    # the grader's answers, registry and verdict code cannot be imported in this process
-    NAMES = ("radixlab.course.answers", "radixlab.course.exercises", "radixlab.course.grade",
-             "radixlab.course.runner")
-    def find_spec(self, name, path=None, target=None):
-        if name.startswith(self.NAMES):
-            raise ImportError(f"{name} is not available to graded code")
-        return None
-
 def _main(job):
+    sys.path[:] = job["path"]              # the stripped copy, the stdlib, site-packages: nothing else
     out = os.fdopen(os.dup(1), "w")        # the answer channel: a private copy of stdout...
     os.dup2(2, 1)                          # ...while fd 1 (and print) go to stderr, never to the grader
     sys.stdout = sys.stderr
@@ -50,9 +45,7 @@ def _main(job):
         write(nonce + dumps(obj, default=repr) + "\n")
         flush()
 
-    sys.meta_path.insert(0, _Refuse())
-    # Only the drive function's module (inputs -> plain data) and spec.run_drive: never the exercise
-    # registry, a spec's reference, the answers or an expected value.
+    # The drive function's module, from the stripped copy: the reference is not in it.
     module, _, qualname = job["drive"].partition(":")
     drive = importlib.import_module(module)
     for part in qualname.split("."):
@@ -60,10 +53,12 @@ def _main(job):
     from radixlab.course.spec import run_drive
     ns = {"__name__": "__main__", "__builtins__": builtins}
     trees = {}
-    for cell, index in job["statements"]:
+    for cell, index, keep in job["statements"]:
         if cell not in trees:
             trees[cell] = ast.parse(job["cells"][str(cell)])
         stmt = trees[cell].body[index]
+        if keep is not None:  # an import cut to the names the program uses
+            stmt.names = [a for a in stmt.names if (a.asname or a.name.split(".")[0]) in keep]
         try:
             exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec"), ns)
         except BaseException as exc:
@@ -90,30 +85,43 @@ class ExerciseRun:
     seconds: float = 0.0
     stopped: str = ""
     processes: int = 0
+    sandbox: str = ""  # "bubblewrap", or why none ran
 
 
-def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list[tuple[int, int]],
+def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list,
                  cases: list, case_timeout: float, define_timeout: float = 60.0,
-                 total_timeout: float = 600.0, drive: str = "") -> ExerciseRun:
+                 total_timeout: float = 600.0, drive: str = "", strip: tuple[str, ...] | None = None,
+                 sandbox: bool | None = None, roots: tuple[str, ...] = ()) -> ExerciseRun:
     """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes.
 
-    ``drive`` is the spec's drive function as ``"module:qualname"`` (default: looked up from
-    ``exercise`` here, in the grader's process); the executor imports only that.
+    ``statements``: ``(cell, index)`` or ``(cell, index, names)`` (an import cut to ``names``).
+    ``drive`` is the spec's drive function as ``"module:qualname"`` and ``strip`` its strip targets
+    (default: looked up from ``exercise`` here, in the grader's process). ``sandbox``: None uses
+    bubblewrap where it works, False never does.
     """
-    if not drive:
+    if not drive or strip is None or not roots:
         from .exercises import all_specs
-        d = all_specs()[exercise].drive
-        drive = f"{d.__module__}:{d.__qualname__}"
-    run = ExerciseRun([{} for _ in cases])
+        spec = all_specs()[exercise]
+        d = spec.drive
+        drive = drive or f"{d.__module__}:{d.__qualname__}"
+        strip = spec.all_stripped() if strip is None else strip
+        roots = roots or spec.copy_roots()
+    use_box = sb.sandboxed() if sandbox is None else (sandbox and sb.sandboxed())
+    run = ExerciseRun([{} for _ in cases], sandbox="bubblewrap" if use_box else
+                      ("off" if sandbox is False else sb.sandbox_works()))
+    statements = [list(s) + [None] * (3 - len(s)) for s in statements]
     t0 = time.monotonic()
+    copy = Path(tempfile.mkdtemp(prefix="radixlab-copy-"))
     with _ONE_RUN:  # one run at a time per process: each run's sweep would take the other's processes
         adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
         try:
+            sb.build_copy(roots, strip, copy)
             _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout,
-                           total_timeout, t0)
+                           total_timeout, t0, copy, use_box)
         finally:
             if adopted:
                 _child_subreaper(False)
+            sb.remove_copy(copy)
     for k, o in enumerate(run.outcomes):
         if not o:
             run.outcomes[k] = {"error": run.stopped or "the executor stopped before this case"}
@@ -125,8 +133,8 @@ _ONE_RUN = threading.Lock()
 
 
 def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
-                   statements: list[tuple[int, int]], cases: list, case_timeout: float, define_timeout: float,
-                   total_timeout: float, t0: float) -> None:
+                   statements: list, cases: list, case_timeout: float, define_timeout: float,
+                   total_timeout: float, t0: float, copy: Path, use_box: bool) -> None:
     start = 0
     while True:
         left = total_timeout - (time.monotonic() - t0)
@@ -135,33 +143,32 @@ def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int,
             break
         run.processes += 1
         nxt = _one_process(run, drive, function, cells, statements, cases, start, case_timeout,
-                           min(define_timeout, left), t0 + total_timeout)
+                           min(define_timeout, left), t0 + total_timeout, copy, use_box)
         if nxt is None or nxt >= len(cases) or not run.defined:
             break
         start = nxt
 
 
-def executor_argv() -> list[str]:
-    """The executor's command line. ``-I``: isolated (no user site, no ``PYTHON*`` variables, so a
-    ``PYTHONDONTWRITEBYTECODE`` in its environment would be ignored); ``-B``: it writes no ``.pyc``,
-    so an honest run leaves radixlab's files, bytecode caches included, exactly as they were, and
-    the grader's fingerprint (``grade.package_fingerprint``) sees any code a submission wrote into
-    radixlab (not files it writes elsewhere: grade untrusted work in a container)."""
-    return [sys.executable, "-I", "-B", "-c", EXECUTOR]
+def executor_argv(copy: Path | None = None, use_box: bool = False) -> list[str]:
+    """The executor's command line: ``sandbox.executor_argv`` (``-I -S -B``: isolated, no ``site``,
+    no bytecode written), under bubblewrap when ``use_box``."""
+    argv = sb.executor_argv(EXECUTOR)
+    return sb.sandbox_command(copy, argv) if use_box and copy is not None else argv
 
 
 def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
-                 statements: list[tuple[int, int]], cases: list, start: int, case_timeout: float,
-                 define_timeout: float, hard_deadline: float) -> int | None:
+                 statements: list, cases: list, start: int, case_timeout: float,
+                 define_timeout: float, hard_deadline: float, copy: Path, use_box: bool) -> int | None:
     """One executor process from case ``start``; returns the case to resume at, or None when finished."""
     nonce = secrets.token_hex(8)
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
     ours = _children()  # what was ours before: never killed
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": workdir, "RADIXLAB_DEVICE": "cpu",
-           "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp" if use_box else workdir,
+           "RADIXLAB_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     job = {"nonce": nonce, "drive": drive, "function": function, "cells": {str(k): v for k, v in cells.items()},
-           "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout}
-    proc = subprocess.Popen(executor_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+           "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout,
+           "path": sb.python_path(sb.COPY_MOUNT if use_box else str(copy))}
+    proc = subprocess.Popen(executor_argv(copy, use_box), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True)
     try:
         proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -204,16 +211,28 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                     return current + 1
                 return None
             buf += chunk
+            if len(buf) > MAX_LINE and b"\n" not in buf:
+                run.stopped = "the executor sent a line longer than the grader reads"
+                return None
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 text = line.decode("utf-8", "replace")
                 if not text.startswith(nonce):
                     continue
-                msg = json.loads(text[len(nonce):])
+                try:
+                    msg = _validate(json.loads(text[len(nonce):]), len(cases))
+                except (ValueError, RecursionError) as exc:  # Malformed, or not JSON: this submission's failure
+                    why = f"the executor sent a malformed message ({_short(exc)})"
+                    if not run.defined:
+                        run.errors.append({"cell": None, "ename": "Malformed", "evalue": why})
+                    elif current < len(cases):
+                        run.outcomes[current] = {"raised": why}
+                    run.stopped = why
+                    return None
                 if "def_error" in msg:
                     run.errors.append(msg["def_error"])
                 elif "defined" in msg:
-                    run.defined = bool(msg["defined"])
+                    run.defined = msg["defined"]
                     phase_deadline = time.monotonic() + case_timeout + 5
                 elif "case" in msg:
                     k = msg.pop("case")
@@ -228,6 +247,13 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
         _kill(proc)
         _kill_adopted(ours)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+MAX_LINE = 64 * 1024 * 1024
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:160]
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -64,13 +64,26 @@ class ExerciseSpec:
     reference: Callable  # the instructor's answer: expected values come from it, in the grader's process
     drive: Callable[[Callable, Any], Any]  # (fn, args) -> plain JSON-able data describing what fn did
     cases: Callable[[int], list[GradedCase]]  # seed -> cases; seed 0 is the check cell's, the grader draws its own
-    forbidden: tuple[str, ...] = ()  # names the answer may not use: radixlab's own implementation of it
+    forbidden: tuple[str, ...] = ()  # names the check cell tells apart: handing in radixlab's own function
+    strip: tuple[str, ...] = ()  # absent from the grader's executor: "pkg.module" or "pkg.module:Qual.name"
+    answer_imports: tuple[str, ...] = ()  # radixlab modules an answer may import besides the drive's (stripped too)
     compare: Callable[[Any, Any, Any], str | None] | None = None  # (got, want, args) -> message, None if right
     time_limit: float = 10.0  # seconds per case
 
     @property
     def lesson(self) -> str:
         return self.id.split(".")[0]
+
+    def copy_roots(self) -> tuple[str, ...]:
+        """The modules the executor's copy of radixlab is built from (with everything they import)."""
+        return (self.drive.__module__,) + self.answer_imports
+
+    def all_stripped(self) -> tuple[str, ...]:
+        """``strip`` plus the spec's own reference stub and the spec objects of the drive's module (they
+        hold the reference): what the executor's copy of radixlab lacks."""
+        ref = f"{self.reference.__module__}:{self.reference.__qualname__}"
+        own = tuple(f"{self.drive.__module__}:{name}" for name in ("SPEC", "SPECS"))
+        return self.strip + ((ref,) if ref.startswith("radixlab.") and "<" not in ref else ()) + own
 
 
 # -- running one case: plain-data outcomes ----------------------------------------------------------
@@ -290,6 +303,16 @@ def nbgrader_score(result: CheckResult) -> float:
 def _imported_reference(spec: ExerciseSpec, fn: Any) -> str:
     """The reference's name when ``fn`` *is* radixlab's answer (handed in instead of written), else ''."""
     target = getattr(fn, "__func__", fn)
+    where = f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', '')}"
+    library = [s for s in spec.strip if not s.startswith("radixlab.course.")]  # the course's wrong answers stay testable
+    if where in library or any(":" not in s and where.startswith(s + ".") or where.startswith(s + ":")
+                               for s in library):
+        return where.replace(":", ".")
+    from .sandbox import outside_copy
+
+    outside = outside_copy(spec.copy_roots(), spec.all_stripped(), target)
+    if outside:
+        return outside
     if target is spec.reference or getattr(target, "__name__", "") in spec.forbidden and \
             str(getattr(target, "__module__", "")).startswith("radixlab"):
         return f"{target.__module__}.{getattr(target, '__qualname__', target)}"

@@ -132,8 +132,9 @@ class RadixAttention(nn.Module):
         super().__init__()
         self.tp_q_head_num, self.tp_k_head_num = num_heads, num_kv_heads  # SGLang's attribute names
         self.head_dim, self.scaling, self.layer_id = head_dim, scaling, layer_id
-        # Exercise 07.1's check plugs a student's gather in here (same signature as ``gather_kv``).
-        self.gather_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gather_kv
+        # Exercise 07.1's check plugs a student's gather in here (same signature as ``gather_kv``);
+        # None: ``gather_kv`` (looked up when called: the grader's executor runs without it).
+        self.gather_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch",
                 req_to_token_pool: "ReqToTokenPool", token_to_kv_pool: "MHATokenToKVPool") -> torch.Tensor:
@@ -150,7 +151,8 @@ class RadixAttention(nn.Module):
         for row, prefix_len, extend_len in zip(rows, prefix_lens, extend_lens):
             seq_len = prefix_len + extend_len
             # 2. Gather the request's K/V, cached prefix and new tokens, in position order.
-            k_seq, v_seq = self.gather_fn(req_to_token_pool.req_to_token, k_buffer, v_buffer, row, seq_len)
+            gather = self.gather_fn or gather_kv
+            k_seq, v_seq = gather(req_to_token_pool.req_to_token, k_buffer, v_buffer, row, seq_len)
             # 3. New token j sits at position prefix_len + j and may see positions 0 .. prefix_len + j.
             q_positions = torch.arange(prefix_len, seq_len, device=q.device)
             end = start + extend_len
