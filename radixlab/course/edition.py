@@ -2,7 +2,9 @@
 
 The notebooks in ``notebooks/`` are the instructor edition and the single source of truth.
 Solution code sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers);
-reference answers to written questions sit in cells tagged ``solution``.
+reference answers to written questions sit in cells tagged ``solution``. A student's own copy
+(``make lab``'s ``my-course/``) is built with the same function, which never overwrites a notebook
+that is already there unless told to (``--force``).
 """
 
 from __future__ import annotations
