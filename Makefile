@@ -19,6 +19,7 @@ LAB_ARGS    ?=
 JUPYTER     ?= $(PY) -m jupyter
 # A student's own copy of the course (ignored by git): built from notebooks/ by the first `make lab`, never
 # overwritten after (a notebook the course gains later is added; `make clean` leaves the folder alone).
+# A path inside the repository: JupyterLab serves the repository and starts in it.
 STUDENT_DIR ?= my-course
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 LAB_ROOT    := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
@@ -111,6 +112,10 @@ handout: $(STAMP)
 doctor: setup
 	$(PY) -m radixlab doctor
 
-# Generated files only: never $(STUDENT_DIR)/, a student's work.
+# Generated files only: never $(STUDENT_DIR)/, a student's work, nor build/student/, where `make student` put
+# the student edition before my-course/ existed (a learner may still have answers there).
 clean:
-	rm -rf build .pytest_cache .hypothesis
+	@if [ -d build/student ]; then echo "NOTE: kept build/student/: it may hold a student's work from before" \
+		"$(STUDENT_DIR)/ existed. Move what you need into $(STUDENT_DIR)/, then delete it yourself."; fi
+	if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name student -exec rm -rf {} +; rmdir build 2>/dev/null || true; fi
+	rm -rf .pytest_cache .hypothesis

@@ -206,6 +206,19 @@ def test_make_student_builds_the_copy_once_and_keeps_a_learners_edit(repo):
 
 
 @needs_make
+def test_make_clean_keeps_build_student_where_the_copy_used_to_be(repo):
+    """Before my-course/, `make student` wrote build/student/, and learners worked there."""
+    old = repo / "build" / "student"
+    old.mkdir(parents=True)
+    (old / "01_radix_tree.ipynb").write_text("{}")  # a learner's work, from before
+    (repo / "build" / "screenshots").mkdir()
+    out = make(repo, "clean").stdout
+    assert (old / "01_radix_tree.ipynb").read_text() == "{}"
+    assert not (repo / "build" / "screenshots").exists()
+    assert "kept build/student/" in out and "my-course/" in out
+
+
+@needs_make
 def test_make_lab_builds_the_copy_then_opens_it_without_touching_an_edit(repo):
     # `-o setup`: the stand-in venv is set up already; JUPYTER=echo prints the command instead of a server.
     out = make(repo, "-o", "setup", "lab", "JUPYTER=echo jupyter").stdout
