@@ -1,6 +1,7 @@
 # radixlab: two commands do everything on a fresh machine.
-#   make lab    set up, then open the course in JupyterLab
+#   make lab    set up, then open your own copy of the course (my-course/, built once) in JupyterLab
 #   make test   set up, then run unit tests, property tests, strict nbval and the exercise checks
+# Instructors: `make lab-instructor` opens notebooks/ (the solutions), `make handout` builds build/handout/.
 # GPU users: set TORCH_SPEC (see README) before the first `make` to get a CUDA build of torch.
 
 PYTHON      ?= python3
@@ -15,12 +16,17 @@ TORCH_SPEC  ?= torch==2.13.0
 endif
 STAMP       := $(VENV)/.radixlab-installed
 LAB_ARGS    ?=
+JUPYTER     ?= $(PY) -m jupyter
+# A student's own copy of the course (ignored by git): built from notebooks/ by the first `make lab`, never
+# overwritten after (a notebook the course gains later is added; `make clean` leaves the folder alone).
+# A path inside the repository: JupyterLab serves the repository and starts in it.
+STUDENT_DIR ?= my-course
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 LAB_ROOT    := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 NOTEBOOKS   := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 PYTEST_NBVAL = --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300
 
-.PHONY: lab test test-unit test-notebooks test-browser setup graphviz bubblewrap model sglang-wheel execute-notebooks student doctor clean
+.PHONY: lab lab-instructor handout test test-unit test-notebooks test-browser setup graphviz bubblewrap model sglang-wheel execute-notebooks student doctor clean
 
 setup: $(STAMP) graphviz bubblewrap model sglang-wheel
 
@@ -70,8 +76,13 @@ bubblewrap:
 		echo "      Install it with 'sudo apt-get install bubblewrap' (or your distribution's package)."; \
 	fi
 
-lab: setup
-	$(PY) -m jupyter lab notebooks/ $(LAB_ROOT) $(LAB_ARGS)
+# JupyterLab serves the repository and starts in the student's copy, so notebooks/ (the reference answers,
+# to compare with after trying) is one folder up in the file browser.
+lab: setup student
+	$(JUPYTER) lab --ServerApp.root_dir=. --ContentsManager.preferred_dir=$(STUDENT_DIR) $(LAB_ROOT) $(LAB_ARGS)
+
+lab-instructor: setup
+	$(JUPYTER) lab notebooks/ $(LAB_ROOT) $(LAB_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_NBVAL) tests $(NOTEBOOKS)
@@ -102,11 +113,21 @@ test-browser: setup
 execute-notebooks: setup
 	$(PY) -m radixlab.course.execute $(NOTEBOOKS)
 
-student: setup
-	$(PY) -m radixlab student notebooks -o build/student
+# The student's copy: writes only the notebooks $(STUDENT_DIR)/ lacks, never one that is there.
+student: $(STAMP)
+	$(PY) -m radixlab student notebooks -o $(STUDENT_DIR)
+
+# For instructors: a fresh student edition to hand out (generated: overwritten here, deleted by `make clean`).
+handout: $(STAMP)
+	$(PY) -m radixlab student notebooks -o build/handout --force
 
 doctor: setup
 	$(PY) -m radixlab doctor
 
+# Generated files only: never $(STUDENT_DIR)/, a student's work, nor build/student/, where `make student` put
+# the student edition before my-course/ existed (a learner may still have answers there).
 clean:
-	rm -rf build .pytest_cache .hypothesis
+	@if [ -d build/student ]; then echo "NOTE: kept build/student/: it may hold a student's work from before" \
+		"$(STUDENT_DIR)/ existed. Move what you need into $(STUDENT_DIR)/, then delete it yourself."; fi
+	if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name student -exec rm -rf {} +; rmdir build 2>/dev/null || true; fi
+	rm -rf .pytest_cache .hypothesis

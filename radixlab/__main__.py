@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 BENCHMARKS = {
     # name: (module under radixlab.benchmarks, one-line help)
@@ -38,15 +39,20 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _student(args: argparse.Namespace) -> int:
-    from .course.edition import make_student_edition
+    from .course.edition import instructor_notebooks, make_student_edition
 
     try:
-        written = make_student_edition(args.src, args.out)
+        written = make_student_edition(args.src, args.out, force=args.force)
+        kept = [p.name for p in instructor_notebooks(args.src) if args.out / p.name not in written]
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(f"wrote {path}")
+    if kept:  # the student's own work: refused, not overwritten
+        which = "all of them" if not written else ", ".join(kept)
+        print(f"kept {len(kept)} notebook(s) already in {args.out} ({which}): not overwritten, they may hold "
+              "a student's work. --force replaces them with fresh blanks, losing their edits.")
     return 0
 
 
@@ -93,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="report Python, torch, device, Graphviz and Jupyter versions").set_defaults(fn=_doctor)
     p = sub.add_parser("student", help="write the student edition of the notebooks")
     p.add_argument("src", help="instructor notebooks: a folder (e.g. notebooks/) or one .ipynb")
-    p.add_argument("-o", "--out", required=True, help="output folder (never the instructor folder)")
+    p.add_argument("-o", "--out", required=True, type=lambda s: Path(s).resolve(),
+                   help="output folder (never the instructor folder); notebooks already in it are kept, "
+                   "only missing ones are written")
+    p.add_argument("--force", action="store_true", help="overwrite notebooks already in the output folder")
     p.set_defaults(fn=_student)
     p = sub.add_parser("bench", help="benchmarks that print ratios against their baseline",
                        formatter_class=argparse.RawDescriptionHelpFormatter,

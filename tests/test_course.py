@@ -106,7 +106,11 @@ def test_student_edition_refuses_to_overwrite_instructor_notebooks(tmp_path):
     copy.mkdir()
     (copy / "02_cow_split.ipynb").write_bytes((NOTEBOOK_DIR / "02_cow_split.ipynb").read_bytes())
     with pytest.raises(ValueError, match="out must not be"):
-        make_student_edition(NOTEBOOK_DIR, copy)
+        make_student_edition(NOTEBOOK_DIR, copy, force=True)
+    # without --force a notebook that exists is never written: the copy's solutions stay as they were
+    original = (NOTEBOOK_DIR / "02_cow_split.ipynb").read_bytes()
+    assert make_student_edition(NOTEBOOK_DIR / "02_cow_split.ipynb", copy) == []
+    assert (copy / "02_cow_split.ipynb").read_bytes() == original
     with pytest.raises(FileNotFoundError, match="src"):
         make_student_edition(tmp_path / "missing", tmp_path / "out")
 

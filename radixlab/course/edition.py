@@ -2,7 +2,9 @@
 
 The notebooks in ``notebooks/`` are the instructor edition and the single source of truth.
 Solution code sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers);
-reference answers to written questions sit in cells tagged ``solution``.
+reference answers to written questions sit in cells tagged ``solution``. A student's own copy
+(``make lab``'s ``my-course/``) is built with the same function, which never overwrites a notebook
+that is already there unless told to (``--force``).
 """
 
 from __future__ import annotations
@@ -68,24 +70,40 @@ def student_notebook(nb: nbformat.NotebookNode, where: str = "notebook") -> nbfo
     return nb
 
 
-def make_student_edition(src: str | Path, out: str | Path) -> list[Path]:
-    """Write the student edition of every ``*.ipynb`` under ``src`` into ``out``; returns the files."""
-    src, out = Path(src).resolve(), Path(out).resolve()
+def instructor_notebooks(src: str | Path) -> list[Path]:
+    """The instructor notebooks ``src`` names: one ``.ipynb``, or every ``*.ipynb`` in a folder."""
+    src = Path(src).resolve()
     if not src.exists():
         raise FileNotFoundError(f"src does not exist: {src}")
     files = [src] if src.is_file() else sorted(src.glob("*.ipynb"))
     if not files:
         raise ValueError(f"src holds no notebooks: {src}")
-    if out in {p.parent for p in files} or _holds_instructor_notebooks(out):
+    return files
+
+
+def make_student_edition(src: str | Path, out: str | Path, force: bool = False) -> list[Path]:
+    """Write the student edition of the notebooks in ``src`` into ``out``; returns the files written.
+
+    ``out`` may be a student's own copy (``make lab``'s ``my-course/``): a notebook already there is
+    the student's work and is never overwritten, so only missing notebooks are written. ``force``
+    overwrites them all (a fresh hand-out), and then refuses a folder that holds solutions.
+    """
+    files, out = instructor_notebooks(src), Path(out).resolve()
+    if out in {p.parent for p in files} or (force and _holds_instructor_notebooks(out)):
         raise ValueError(f"out must not be an instructor notebooks directory ({out}): "
                          "refusing to overwrite solutions")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a folder, and {out} is a file")
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path in files:
-        nb = nbformat.read(path, as_version=4)
-        student = student_notebook(nb, path.name)
+        student = student_notebook(nbformat.read(path, as_version=4), path.name)
         target = out / path.name
-        nbformat.write(student, target)
+        try:  # "x": never replace a file that exists, even one created since we looked
+            with open(target, "w" if force else "x", encoding="utf-8") as f:
+                nbformat.write(student, f)
+        except FileExistsError:
+            continue
         written.append(target)
     return written
 
