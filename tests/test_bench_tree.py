@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from radixlab.benchmarks import tree as bt
-from radixlab.radix_cache import RadixCache
-from radixlab.radix_key import RadixKey
-from radixlab.workloads import ReferenceTreeWorkload
+from radixlab.mem_cache import RadixCache, RadixKey
+from radixlab.sim.workloads import ReferenceTreeWorkload
 
 
 def test_small_run_has_every_section_and_agrees():
@@ -146,7 +145,7 @@ def test_engine_cache_share_counts_outermost_calls_and_lpm_matches_more():
     """The engine share counts each outermost tree call once, deterministically; lpm's scheduler matches
     every waiting request at every step, so it calls match_prefix more often than fcfs on the same trace."""
     from radixlab.model import load_model
-    from radixlab.workloads import generated_shared_prefix
+    from radixlab.sim.workloads import generated_shared_prefix
 
     model = load_model("tiny", device="cpu")
     trace = generated_shared_prefix(num_groups=2, prompts_per_group=4, system_prompt_len=64, question_len=16,
@@ -198,7 +197,7 @@ def test_interleaved_keeps_only_the_results_in_flight_and_checks_every_call():
 
 def test_the_agreement_check_fails_on_a_side_that_answers_wrong():
     """op_table's inline checks: a wrong hit length, other slot indices or a wrong insert prefix each clear agree."""
-    from radixlab.radix_cache import MatchResult
+    from radixlab.mem_cache import MatchResult
 
     wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=4)
     reqs = wl.requests()

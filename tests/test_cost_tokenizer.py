@@ -2,7 +2,7 @@
 
 import pytest
 
-from radixlab.cost import measure_prefill_seconds, plot_prefill_scaling, prefill_flops, serve_with_cache
+from radixlab.sim.cost import measure_prefill_seconds, plot_prefill_scaling, prefill_flops, serve_with_cache
 from radixlab.tokenizer import decode, encode
 
 

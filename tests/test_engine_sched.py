@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 from radixlab.engine import Engine
 from radixlab.engine.schedule_batch import Req
 from radixlab.engine.policies import LPM_FALLBACK_QUEUE_LEN
-from radixlab.hash_cache import HashBlockCache, HashedKey
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.mem_cache import HashBlockCache, ReqToTokenPool, TokenToKVPoolAllocator
 from radixlab.model import load_model
-from radixlab.request import Request, admit, extend, release
-from radixlab.workloads import generated_shared_prefix
+from radixlab.mem_cache import Request, admit, extend, release
+from radixlab.sim.workloads import generated_shared_prefix
 
 
 @pytest.fixture(scope="module")

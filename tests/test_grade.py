@@ -78,7 +78,7 @@ spec.judge = lambda *a, **k: (True, "")
 spec.CheckResult.passed = property(lambda self: True)'''
 
 PATCH_REFERENCE_SPLIT = "RadixTree._split = lambda self, node, idx: split(node, idx)"
-PATCH_REFERENCE_EVICT = ("from radixlab.radix_cache import RadixCache\n"
+PATCH_REFERENCE_EVICT = ("from radixlab.mem_cache.radix_cache import RadixCache\n"
                          "RadixCache._evict_from_heap = lambda self, heap, n: evict_loop(self, heap, n)")
 
 SPLIT_HEAD = "def split(node: RadixNode, idx: int) -> RadixNode:\n"
@@ -361,12 +361,12 @@ def _review(exercise: str, cells: list[str]) -> list[str]:
     ("02.1", ["import pathlib\ndef split(node, idx):\n    pathlib.Path('x').write_text('y')\n    raise NotImplementedError()"], "pathlib"),
     ("02.1", ["def split(node, idx):\n    exec('import radixlab')\n    raise NotImplementedError()"], "exec()"),
     ("02.1", ["def split(node, idx):\n    return vars(RadixNode)\n"], "vars()"),
-    ("04.1", ["from radixlab.hash_cache import HashCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return HashCache(p)"], "without radixlab"),
+    ("04.1", ["from radixlab.mem_cache.hash_cache import HashCache\ndef longest_cached_prefix(q, ns, paths, p):\n    return HashCache(p)"], "without radixlab"),
     ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return page_size_view(paths, q, ns, p).reusable"], "page_size_view"),
     ("04.1", ["def longest_cached_prefix(q, ns, paths, p):\n    return len(RadixCache(p).match_prefix(q))"], "RadixCache"),
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    return type(cache).evict(cache, num_tokens)"], ".evict"),
     ("06.1", ["def evict_loop(cache, heap, num_tokens):\n    e = None\n    try:\n        1 / 0\n    except Exception as exc:\n        e = exc\n    return e.__traceback__.tb_frame.f_back"], "__traceback__"),
-    ("06.1", ["from radixlab.radix_cache import RadixCache\nRadixCache.evict = None\n"
+    ("06.1", ["from radixlab.mem_cache.radix_cache import RadixCache\nRadixCache.evict = None\n"
               "def evict_loop(cache, heap, num_tokens):\n    return RadixCache._evict_from_heap(cache, heap, num_tokens)"], "._evict_from_heap"),
     # frames and the call stack (the reference used to sit in the executor's globals)
     ("01.1", ["import traceback\ndef match_prefix(root, tokens):\n    for frame, _ in traceback.walk_stack(None):\n"

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.mem_cache import ReqToTokenPool, TokenToKVPoolAllocator
 
 
 def state(a: TokenToKVPoolAllocator):
@@ -158,7 +158,7 @@ def test_req_to_token_pool_errors_change_nothing():
 
 
 def test_complex_indices_are_refused_with_a_clear_error():
-    from radixlab.memory import TokenToKVPoolAllocator
+    from radixlab.mem_cache import TokenToKVPoolAllocator
 
     alloc = TokenToKVPoolAllocator(8)
     with pytest.raises(TypeError, match="free_index"):

@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.radix_cache import RadixCache, RadixKey, common_prefix_len
+from radixlab.mem_cache import FastRadixCache, RadixCache, RadixKey
+from radixlab.mem_cache.radix_key import common_prefix_len
 
 
 def brute_match(inserted, query, extra_key, page_size):
@@ -187,7 +188,7 @@ def test_unlock_of_unlocked_node_is_an_error_and_changes_nothing():
 
 def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
     """SGLang v0.5.17 clones both halves in _split_node (PR #17191): no view keeps evicted indices alive."""
-    from radixlab.memory import TokenToKVPoolAllocator
+    from radixlab.mem_cache import TokenToKVPoolAllocator
 
     alloc = TokenToKVPoolAllocator(20_000, 1)
     cache = RadixCache(1, token_to_kv_pool_allocator=alloc)
@@ -202,10 +203,10 @@ def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
     assert held == need and need == 5 * 8, (need, held)
 
 
-@pytest.mark.parametrize("matcher", ["fast", "readable"])
-def test_chunked_insert_leaves_hit_counts_alone(matcher):
+@pytest.mark.parametrize("cache_cls", [FastRadixCache, RadixCache])
+def test_chunked_insert_leaves_hit_counts_alone(cache_cls):
     """SGLang's InsertParams.chunked: a chunked prefill re-inserting its own chunks is not a hit (LFU)."""
-    cache = RadixCache(matcher=matcher)
+    cache = cache_cls()
     cache.insert([1, 2, 3, 4], chunked=True)
     (node,) = cache.root_node.children.values()
     assert node.hit_count == 0

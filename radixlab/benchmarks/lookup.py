@@ -26,8 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..hash_cache import HashPrefixCache, RequestBlockHashes
-from ..radix_cache import RadixCache, RadixKey
+from ..mem_cache import HashPrefixCache, FastRadixCache, RadixCache, RadixKey, RequestBlockHashes
 
 DEFAULT_LENGTHS = (1024, 4096, 16384, 32768)
 VOCAB = 50_000
@@ -102,7 +101,7 @@ def build_setup(prefix_len: int, block_size: int = 16, seed: int = 0, distractor
     """Caches holding one ``prefix_len``-token prompt plus ``distractors`` short prompts."""
     rng = random.Random(seed)
     prompt = _fresh_tokens(rng, prefix_len)
-    hc, rc = HashPrefixCache(block_size), RadixCache()
+    hc, rc = HashPrefixCache(block_size), FastRadixCache()
     for _ in range(distractors):
         other = _fresh_tokens(rng, 512)
         hc.insert(other)
@@ -223,7 +222,7 @@ def branching_prompts(n_branches: int = 8, shared: int = 100, suffix: int = 40, 
 
 def hit_tokens(prompts: Sequence[Sequence[int]], block_size: int = 16) -> dict[str, int]:
     """Serve ``prompts`` in order through both caches; total tokens each one finds cached."""
-    hc, rc = HashPrefixCache(block_size), RadixCache()
+    hc, rc = HashPrefixCache(block_size), FastRadixCache()
     hits = {"hash": 0, "radix": 0, "total": 0}
     for p in prompts:
         key = RadixKey(p)

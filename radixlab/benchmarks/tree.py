@@ -40,9 +40,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..radix_cache import RadixCache, TreeNode
-from ..radix_key import ITEM, RadixKey, key_over, pack_tokens
-from ..workloads import ReferenceTreeWorkload, fresh
+from ..mem_cache import RadixCache, RadixKey, TreeNode
+from ..mem_cache.radix_key import ITEM, key_over, pack_tokens
+from ..sim.workloads import ReferenceTreeWorkload, fresh
 
 RECORD = Path(__file__).parent / "records" / "tree.json"
 HUGE = 10**12
@@ -511,7 +511,7 @@ def _best_ns(stmt: str, env: dict, number: int = 200, repeat: int = 7) -> float:
 
 def compare_costs(lengths: Sequence[int] = (1, 8, 64, 512, 4096), number: int = 200) -> list[dict]:
     """ns to compare two equal runs of n tokens, and to find a mismatch in the middle, per representation."""
-    from ..radix_key import common_prefix_len, packed_prefix_len
+    from ..mem_cache.radix_key import common_prefix_len, packed_prefix_len
 
     rows = []
     for n in lengths:

@@ -22,8 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..memory import TokenToKVPoolAllocator
-from ..radix_cache import RadixCache, TreeNode
+from ..mem_cache import RadixCache, TokenToKVPoolAllocator, TreeNode
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EvictLoop = Callable[[RadixCache, list, int], int]

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from .radix_cache import RadixCache, RadixKey
+from ..mem_cache import FastRadixCache, RadixCache, RadixKey
 
 
 def prefill_flops(n_new: int, n_cached: int = 0, d_model: int = 4096, n_layers: int = 32,
@@ -50,7 +50,7 @@ class ServeStats:
 
 def serve_with_cache(prompts: Sequence[Sequence[int]], page_size: int = 1) -> ServeStats:
     """Send ``prompts`` in order through a fresh RadixCache; count prompt tokens reused vs computed."""
-    cache = RadixCache(page_size=page_size)
+    cache = FastRadixCache(page_size=page_size)
     hits = []
     total = 0
     for p in prompts:

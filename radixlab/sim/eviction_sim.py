@@ -20,9 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from .memory import ReqToTokenPool, TokenToKVPoolAllocator
-from .radix_cache import RadixCache, TreeNode
-from .request import Request, admit, extend, release
+from ..mem_cache import FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, TreeNode, admit, extend, release
 from .workloads import TraceRequest
 
 POLICIES = ("lru", "lfu", "fifo", "belady")
@@ -103,7 +101,7 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
     elif oracle is None or oracle.page_size != page_size:
         oracle = NextUse(trace, page_size)
     allocator = TokenToKVPoolAllocator(capacity, page_size)
-    cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
+    cache = FastRadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, max(need, 1)),
                        eviction_policy=oracle if oracle is not None else policy)
     evicted = calls = 0
@@ -182,7 +180,7 @@ def bookkeeping_costs(trace: Sequence[TraceRequest], capacity: int, page_size: i
     """
     allocator = TokenToKVPoolAllocator(capacity, page_size)
     longest = -(-max(len(r) for r in trace) // page_size) * page_size
-    cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
+    cache = FastRadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, longest))
     costs = dict(requests=len(trace), node_touches=0, evict_calls=0, heap_built=0, heap_pops=0, parent_pushes=0)
     real_match, real_insert = cache._match_prefix_helper, cache._insert_helper

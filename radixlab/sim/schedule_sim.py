@@ -24,11 +24,9 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .engine.policies import POLICIES, SimRequest, order_queue
+from ..engine.policies import POLICIES, SimRequest, order_queue
 from .eviction_sim import serve_trace
-from .memory import ReqToTokenPool, TokenToKVPoolAllocator
-from .radix_cache import RadixCache
-from .request import Request, admit, extend, release
+from ..mem_cache import FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 from .workloads import TraceRequest, ideal_hit_rate
 
 
@@ -53,7 +51,7 @@ def _check_capacity(trace: Sequence[TraceRequest], capacity: int) -> None:
 
 
 def _new_cache(capacity: int, longest: int) -> RadixCache:
-    return RadixCache(1, token_to_kv_pool_allocator=TokenToKVPoolAllocator(capacity, 1),
+    return FastRadixCache(1, token_to_kv_pool_allocator=TokenToKVPoolAllocator(capacity, 1),
                       req_to_token_pool=ReqToTokenPool(1, max(longest, 1)))
 
 

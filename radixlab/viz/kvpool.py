@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..radix_cache import abbreviate
+from ..mem_cache.utils import abbreviate
 from .trees import TreeDrawing
 
 

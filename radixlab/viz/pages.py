@@ -12,7 +12,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
-from ..radix_cache import RadixCache, RadixKey, common_prefix_len
+from ..mem_cache import RadixCache, RadixKey
+from ..mem_cache.radix_key import common_prefix_len
 from .widgets import frame_slider
 from .trees import TreeDrawing, draw_tree, has_dot
 
