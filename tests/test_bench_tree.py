@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from radixlab.benchmarks import tree as bt
+from radixlab.benchmarks import tree_ops
 from radixlab.mem_cache import RadixCache, RadixKey
 from radixlab.sim.workloads import ReferenceTreeWorkload
 
@@ -229,7 +230,8 @@ def test_page_faults_are_counted_per_timed_call_after_the_warm_up(monkeypatch):
     def fake_getrusage(who):
         counter["n"] += 1000  # every reading: a thousand more faults than the last
         return types.SimpleNamespace(ru_minflt=counter["n"])
-    monkeypatch.setattr(bt.resource, "getrusage", fake_getrusage)
+    resource = pytest.importorskip("resource")  # Unix only; bench tree reads it lazily
+    monkeypatch.setattr(resource, "getrusage", fake_getrusage)
     lanes = [("a", lambda x: x, list(range(10))), ("b", lambda x: x, list(range(10)))]
     _, faults = bt.interleaved(lanes, keep=2, warmup=3)  # readings: start, at call 3, end
     assert faults == pytest.approx(1000 / (7 * 2))
@@ -288,7 +290,7 @@ def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
         cache, t = real_build(side, rs, native)
         built.append(cache)
         return cache, t
-    monkeypatch.setattr(bt, "build", spy)
+    monkeypatch.setattr(tree_ops, "build", spy)  # where op_table looks them up
     seen = []
     real_lanes = bt._floor_lanes
 
@@ -296,7 +298,7 @@ def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
         out = real_lanes(*a)
         seen.extend(out)
         return out
-    monkeypatch.setattr(bt, "_floor_lanes", lanes_spy)
+    monkeypatch.setattr(tree_ops, "_floor_lanes", lanes_spy)
     out = bt.op_table([bt.radixlab_side("fast")], wl, reqs, 6, forms=("key",))
     timed, twins = built[0], built[1:]
     assert len(twins) == 7 and all(t is not timed for t in twins)  # 4 full-hit lanes, 1 system-prompt, 2 insert
@@ -340,3 +342,24 @@ def test_ladders_and_the_bytes_eq_target_from_a_record_built_by_hand():
                                                           "walk_x": None, "met": True, "copy_over": False, "walk_over": False}
     with pytest.raises(ValueError, match="bytes_eq_ns"):
         bt.bytes_eq_target(1, 1, 1, 0)
+
+
+def test_bench_tree_imports_and_times_without_resource(monkeypatch):
+    """On Windows there is no ``resource`` module: bench tree still imports and times, faults read 0."""
+    import builtins
+    import importlib
+
+    real_import = builtins.__import__
+
+    def no_resource(name, *args, **kwargs):
+        if name == "resource":
+            raise ImportError("No module named 'resource'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_resource)
+    timing = importlib.reload(importlib.import_module("radixlab.benchmarks.tree_timing"))
+    assert timing.minor_faults() == 0
+    _, faults = timing.interleaved([("a", lambda x: x, list(range(4)))], keep=1, warmup=0)
+    assert faults == 0
+    monkeypatch.undo()
+    importlib.reload(timing)  # the module as the other tests know it

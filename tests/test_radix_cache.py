@@ -218,3 +218,57 @@ def test_chunked_insert_leaves_hit_counts_alone(cache_cls):
     assert (head.hit_count, tail.hit_count) == (1, 1)
     cache.insert([1, 2, 9])  # splits the head: both halves keep its count, the new leaf starts at 1
     assert [n.hit_count for n in cache.nodes()] == [2, 1, 1, 1]
+
+
+# -- reliability: locks and slots are checked where they enter ----------------------------------
+
+
+@pytest.mark.parametrize("cache_cls", [FastRadixCache, RadixCache])
+def test_unlocking_an_ancestor_of_a_locked_node_is_refused(cache_cls):
+    """The lock was taken on the leaf: unlocking its parent would leave the owner unable to unlock."""
+    cache = cache_cls()
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 5, 6])  # split: [1, 2] -> [3, 4], [5, 6]
+    leaf = cache.match_prefix([1, 2, 3, 4]).last_node
+    cache.inc_lock_ref(leaf)
+    before = (cache.format(), cache.evictable_size(), cache.protected_size())
+    with pytest.raises(ValueError, match="no lock was taken on it"):
+        cache.dec_lock_ref(leaf.parent)
+    assert (cache.format(), cache.evictable_size(), cache.protected_size()) == before
+    cache.check_invariants()
+    cache.inc_lock_ref(leaf.parent)  # a lock taken on the parent itself may be dropped
+    cache.dec_lock_ref(leaf.parent)
+    cache.dec_lock_ref(leaf)  # the owner can still unlock
+    cache.check_invariants()
+    assert cache.protected_size() == 0
+
+
+def test_a_node_of_another_cache_or_of_before_a_reset_is_refused():
+    a, b = RadixCache(), RadixCache()
+    a.insert([1, 2])
+    node = a.match_prefix([1, 2]).last_node
+    with pytest.raises(ValueError, match="does not belong"):
+        b.inc_lock_ref(node)
+    a.reset()
+    with pytest.raises(ValueError, match="does not belong"):
+        a.inc_lock_ref(node)
+
+
+@pytest.mark.parametrize("bad, match", [([-1, 0, 1], "slot -1"), ([0, 1, 64], "slot 64, outside"),
+                                        ([0, 1, 40], "not handed out")])
+def test_insert_refuses_slots_the_allocator_did_not_hand_out(bad, match):
+    from radixlab.mem_cache import TokenToKVPoolAllocator
+
+    alloc = TokenToKVPoolAllocator(64, 1)
+    cache = RadixCache(token_to_kv_pool_allocator=alloc)
+    alloc.alloc(8)  # slots 0..7 are handed out
+    with pytest.raises(ValueError, match=match):
+        cache.insert([1, 2, 3], torch.tensor(bad))
+    assert cache.total_size() == 0
+    cache.insert([1, 2, 3], torch.tensor([0, 1, 2]))
+    cache.check_invariants()
+
+
+def test_insert_without_an_allocator_still_refuses_negative_slots():
+    with pytest.raises(ValueError, match="slot -3"):
+        RadixCache().insert([1, 2], [4, -3])

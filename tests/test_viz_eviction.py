@@ -85,7 +85,7 @@ def test_lifecycle_frames_take_no_lock_when_no_row_is_free():
     from radixlab.mem_cache import ReqToTokenPool, Request, TokenToKVPoolAllocator
 
     cache = RadixCache(token_to_kv_pool_allocator=TokenToKVPoolAllocator(32), req_to_token_pool=ReqToTokenPool(1, 16))
-    cache.insert([1, 2, 3], [0, 1, 2])
+    cache.insert([1, 2, 3], cache.token_to_kv_pool_allocator.alloc(3))
     cache.req_to_token_pool.alloc()  # the only row is taken
     with pytest.raises(RuntimeError):
         lifecycle_frames(cache, Request("b", [1, 2, 3, 4]))

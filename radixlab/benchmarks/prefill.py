@@ -68,7 +68,7 @@ def serve(engine: Any, prompts: list[list[int]], wave: int, max_new_tokens: int)
 def distinct_prefix_tokens(prompts: list[list[int]]) -> int:
     """Tokens a perfect prefix cache would compute: the size of the trie of all prompts (each
     distinct prefix once; the last token of a prompt is counted once more when it is cached)."""
-    from ..mem_cache import FastRadixCache, RadixCache
+    from ..mem_cache import FastRadixCache
 
     tree = FastRadixCache()
     extra = 0

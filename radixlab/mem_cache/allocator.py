@@ -105,9 +105,10 @@ class TokenToKVPoolAllocator:
         base = torch.tensor(pages, dtype=torch.int64).repeat_interleave(self.page_size) * self.page_size
         return (base + torch.arange(self.page_size).repeat(len(pages))).to(self.device)
 
-    def check_in_use(self, slots: torch.Tensor, name: str = "slots") -> None:
-        """Raise ValueError unless every slot lies in a page this allocator handed out (vectorised)."""
-        pages = set(torch.unique(slots.cpu() // self.page_size).tolist())
+    def check_in_use(self, slots: list[int], name: str = "slots") -> None:
+        """Raise ValueError unless every slot lies in a page this allocator handed out."""
+        page = self.page_size
+        pages = set(slots) if page == 1 else {s // page for s in slots}
         if not pages <= self._in_use:
             page = min(pages - self._in_use)
             raise ValueError(f"{name} holds slot(s) of page {page}, which this allocator has not handed out "

@@ -14,7 +14,7 @@ from 1 per cache; freeing twice, unlocking an unlocked node or passing another c
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -22,12 +22,11 @@ from ..utils import debug
 from ..utils.checks import check_int
 from .base_prefix_cache import BasePrefixCache, MatchResult
 from .common import Request
-from .evict_policy import EVICTION_POLICIES, _resolve_policy  # noqa: F401  (re-exported)
-from .radix_key import (ITEM, RadixKey, _as_token_tuple, common_prefix_len,  # noqa: F401  (re-exported)
-                        is_index_dtype, pack_tokens, packed_prefix_len)
+from .evict_policy import _resolve_policy
+from .radix_key import ITEM, RadixKey, pack_tokens
 from .radix_views import RadixTreeViews
 from .tree_node import TreeNode
-from .utils import abbreviate, check_slots, describe_node, slot_tensor  # noqa: F401  (re-exported)
+from .utils import check_slots, slot_tensor
 
 
 class RadixCache(RadixTreeViews, BasePrefixCache):

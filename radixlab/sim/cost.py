@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from ..mem_cache import FastRadixCache, RadixCache, RadixKey
+from ..mem_cache import FastRadixCache, RadixKey
 
 
 def prefill_flops(n_new: int, n_cached: int = 0, d_model: int = 4096, n_layers: int = 32,
