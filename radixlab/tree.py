@@ -1,4 +1,4 @@
-"""The adv05 teaching radix tree: RadixNode, insert, match_prefix, _split and ref counts.
+"""The teaching radix tree (the seed lesson's model): RadixNode, insert, match_prefix, _split and ref counts.
 
 This is the seed lesson's own model, kept exactly: a compressed trie whose nodes hold a key (a run
 of tokens), an optional value (the KV of the whole prefix ending here), children keyed by their
