@@ -1,16 +1,12 @@
 """How good is LRU? Replay a trace through the real cache and compare eviction policies (notebook 06_eviction).
 
-``simulate`` drives the real objects: a ``RadixCache`` with a ``TokenToKVPoolAllocator`` of
-``capacity`` slots and a ``ReqToTokenPool``, one request at a time through ``admit`` → ``extend``
-(prefill + decode: every prompt and output token gets a slot; the cache evicts when the pool is
-short) → ``release`` (``cache_finished_req``). The hit rate is cached prompt tokens / prompt tokens.
-
-``"belady"`` is the offline reference: Belady's MIN rule ("evict what is needed furthest in the
-future"), at the *same granularity* as the others — the real ``RadixCache.evict`` with its heap, so
-it too evicts whole unlocked leaves, and only the victim order differs. A leaf's *next use* is the
-next request (after the current one) whose prompt reaches the leaf's first page, i.e. the first
-time evicting that leaf would cost a hit; never again = infinitely far. For single-size items MIN is
-optimal; for a tree of variable-length leaves it is the natural oracle, not a proven optimum.
+``simulate`` drives the real objects (a ``FastRadixCache`` over a ``TokenToKVPoolAllocator`` of
+``capacity`` slots and a ``ReqToTokenPool``), one request at a time: ``admit`` → ``extend`` (every
+prompt and output token gets a slot; the cache evicts when the pool is short) → ``release``. The
+hit rate is cached prompt tokens / prompt tokens. ``"belady"`` is the offline reference at the same
+granularity (whole unlocked leaves, the real heap; only the victim order differs): a leaf's next
+use is the next request whose prompt reaches its first page. SGLang offers the online policies
+(``mem_cache/evict_policy.py``); Belady is radixlab's yardstick for them.
 """
 
 from __future__ import annotations
