@@ -67,3 +67,16 @@ def test_a_request_keeps_its_block_hashes_through_its_life():
     admit(req, cache), extend(req, cache), release(req, cache)
     assert len(req.block_hashes) == 2 and cache.hash_computations == 2  # matched, then inserted: hashed once
     assert alloc.available_size() + cache.total_size() == 32
+
+
+def test_unlocking_a_block_before_the_locked_one_is_refused():
+    cache = HashBlockCache(BS)
+    cache._insert(RadixKey([1, 2, 3, 4]), torch.tensor([0, 1, 2, 3]))
+    last = cache.match_prefix(RadixKey([1, 2, 3, 4, 5])).last_node
+    cache.inc_lock_ref(last)
+    with pytest.raises(ValueError, match="no lock was taken on it"):
+        cache.dec_lock_ref(last.parent)
+    assert (last.lock_ref, last.parent.lock_ref) == (1, 1)
+    cache.check_invariants()
+    cache.dec_lock_ref(last)  # the owner still can
+    assert cache.protected_size() == 0

@@ -32,12 +32,13 @@ class HashBlock:
     the scheduler locks a chain of blocks exactly as it locks a path of the radix tree.
     """
 
-    __slots__ = ("hash", "key", "extra_key", "parent", "value", "lock_ref", "id", "owner")
+    __slots__ = ("hash", "key", "extra_key", "parent", "value", "lock_ref", "held", "id", "owner")
 
     def __init__(self, h: int | None, tokens: tuple, extra_key: Hashable | None, parent: HashBlock | None,
                  value: torch.Tensor, block_id: int) -> None:
         self.hash, self.key, self.extra_key, self.parent, self.value = h, tokens, extra_key, parent, value
         self.lock_ref = 0
+        self.held = 0  # locks taken on this block itself (lock_ref also counts those of its descendants)
         self.id = block_id
         self.owner: object = None  # the cache it belongs to (HashBlockCache._owner)
 
@@ -139,6 +140,7 @@ class HashBlockCache(BasePrefixCache):
 
     def inc_lock_ref(self, node: HashBlock) -> int:
         self._check_block(node)
+        node.held += 1
         delta = 0
         while node is not self.root_node:
             if node.lock_ref == 0:
@@ -155,6 +157,10 @@ class HashBlockCache(BasePrefixCache):
             if walk.lock_ref <= 0:
                 raise ValueError(f"dec_lock_ref on block {walk.id} whose lock_ref is already 0")
             walk = walk.parent
+        if node is not self.root_node and node.held <= 0:
+            raise ValueError(f"dec_lock_ref on block {node.id}: no lock was taken on it (its lock_ref="
+                             f"{node.lock_ref} comes from locked blocks after it; unlock the block that was locked)")
+        node.held -= 1
         delta = 0
         while node is not self.root_node:  # last block first: the tail joins the free queue first
             node.lock_ref -= 1
