@@ -20,7 +20,7 @@ shares that adapter's namespace: ``lora/lora_registry.py``.)
 
 ``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
 ``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
-``hash_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
+``mem_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
 no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for tests and notebook 07 only:
 ``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
 and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
