@@ -272,3 +272,19 @@ def test_insert_refuses_slots_the_allocator_did_not_hand_out(bad, match):
 def test_insert_without_an_allocator_still_refuses_negative_slots():
     with pytest.raises(ValueError, match="slot -3"):
         RadixCache().insert([1, 2], [4, -3])
+
+
+def test_the_walk_to_the_root_runs_only_with_the_debug_switch(monkeypatch):
+    """The O(depth) membership walk is off the hot path: a lock does an O(1) owner check instead."""
+    from radixlab.utils import debug
+
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    detached = cache._new_node(node.key, node.value.clone(), None)  # this tree's tag, on no path of it
+    detached.parent = cache._new_node(node.key, node.value.clone(), None)
+    monkeypatch.setattr(debug, "DEBUG", False)
+    cache._check_in_tree(detached, "node")  # only the O(1) check ran
+    monkeypatch.setattr(debug, "DEBUG", True)
+    with pytest.raises(ValueError, match="does not belong"):
+        cache._check_in_tree(detached, "node")
