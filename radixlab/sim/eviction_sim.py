@@ -16,7 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from ..mem_cache import FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, TreeNode, admit, extend, release
+from ..mem_cache import (FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, TreeNode, admit,
+                         extend, release)
+from ..utils.checks import check_int
 from .workloads import TraceRequest
 
 POLICIES = ("lru", "lfu", "fifo", "belady")
@@ -89,7 +91,7 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     longest = max((len(r) for r in trace), default=0)
     need = -(-longest // page_size) * page_size
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < need or capacity % page_size:
+    if check_int(capacity, "capacity") < need or capacity % page_size:
         raise ValueError(f"capacity must be a multiple of page_size={page_size} and >= {need} "
                          f"(the longest request), got {capacity!r}")
     if policy != "belady":

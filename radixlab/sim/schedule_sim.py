@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..engine.policies import POLICIES, SimRequest, order_queue
+from ..mem_cache import (FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend,
+                         release)
+from ..utils.checks import check_int
 from .eviction_sim import serve_trace
-from ..mem_cache import FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 from .workloads import TraceRequest, ideal_hit_rate
 
 
@@ -39,7 +41,7 @@ class OrderResult:
 
 def _check_capacity(trace: Sequence[TraceRequest], capacity: int) -> None:
     longest = max((len(r) for r in trace), default=0)
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < max(longest, 1):
+    if check_int(capacity, "capacity") < max(longest, 1):
         raise ValueError(f"capacity must be an int >= the longest request ({longest} tokens), got {capacity!r}")
 
 
