@@ -2,7 +2,9 @@
 
 __version__ = "0.1.0"
 
-from .radix_cache import MatchResult, RadixCache, RadixKey, TreeNode  # noqa: E402
+from .mem_cache import (FastRadixCache, MatchResult, MHATokenToKVPool, RadixCache, RadixKey,  # noqa: E402
+                        ReqToTokenPool, TokenToKVPoolAllocator, TreeNode)
 from .tree import RadixNode, RadixTree  # noqa: E402
 
-__all__ = ["RadixTree", "RadixNode", "RadixCache", "RadixKey", "TreeNode", "MatchResult", "__version__"]
+__all__ = ["RadixTree", "RadixNode", "RadixCache", "FastRadixCache", "RadixKey", "TreeNode", "MatchResult",
+           "ReqToTokenPool", "MHATokenToKVPool", "TokenToKVPoolAllocator", "__version__"]

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0
     parser = argparse.ArgumentParser(prog="python -m radixlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="replay the adv05 seed's run.py walkthrough").set_defaults(fn=_demo)
+    sub.add_parser("demo", help="replay the teaching seed's run.py walkthrough").set_defaults(fn=_demo)
     sub.add_parser("doctor", help="report Python, torch, device, Graphviz and Jupyter versions").set_defaults(fn=_doctor)
     p = sub.add_parser("student", help="write the student edition of the notebooks")
     p.add_argument("src", help="instructor notebooks: a folder (e.g. notebooks/) or one .ipynb")

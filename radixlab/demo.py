@@ -1,4 +1,4 @@
-"""``python -m radixlab demo``: the adv05 seed's ``run.py`` walkthrough, replayed live.
+"""``python -m radixlab demo``: the teaching seed's ``run.py`` walkthrough, replayed live.
 
 Requests A and B share the prefix ``['sys', 'prompt']``. Each is matched against the teaching tree,
 its missing tokens get (simulated) KV, and it is inserted; then the seed's three assertions are

@@ -1,9 +1,9 @@
-"""The adv05 teaching radix tree: RadixNode, insert, match_prefix, _split and ref counts.
+"""The teaching radix tree (the seed lesson's model): RadixNode, insert, match_prefix, _split and ref counts.
 
 This is the seed lesson's own model, kept exactly: a compressed trie whose nodes hold a key (a run
 of tokens), an optional value (the KV of the whole prefix ending here), children keyed by their
 first token, and a ``ref`` count of request paths that pass through or end at the node.
-Notebooks 01_radix_tree and 02_cow_split teach it; ``radixlab.radix_cache`` is the SGLang-style
+Notebooks 01_radix_tree and 02_cow_split teach it; ``radixlab.mem_cache.radix_cache`` is the SGLang-style
 version with slot indices, pages, namespaces and lock references.
 """
 

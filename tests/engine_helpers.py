@@ -6,6 +6,8 @@ import random
 
 import torch
 
+from radixlab.mem_cache import HashBlockCache, RadixCache
+
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
@@ -55,10 +57,12 @@ def assert_no_leak(engine) -> None:
     pool, alloc, tree = engine.req_to_token_pool, engine.token_to_kv_pool_allocator, engine.tree_cache
     assert pool.available_size() == pool.size, "a request row was not given back"
     assert tree.protected_size() == 0, "a lock was left on the tree"
-    if hasattr(tree, "check_invariants"):
-        tree.check_invariants()
+    tree.check_invariants()
+    if isinstance(tree, RadixCache):
         tree_pages = {int(s) // alloc.page_size for n in tree.nodes() for s in n.value.tolist()}
-    else:
+    elif isinstance(tree, HashBlockCache):
+        tree_pages = {int(s) // alloc.page_size for b in tree.table.values() for s in b.value.tolist()}
+    else:  # ChunkCache keeps nothing
         tree_pages = set()
     assert alloc.pages_in_use() == tree_pages, "allocated pages differ from the pages the tree holds"
 

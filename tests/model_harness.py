@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from radixlab.memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.mem_cache import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from radixlab.model import ForwardBatch, ForwardMode, LlamaForCausalLM
 
 

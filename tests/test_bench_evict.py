@@ -6,10 +6,9 @@ import re
 
 from radixlab.__main__ import main as cli
 from radixlab.benchmarks.evict import ListLRURadixCache, replay
-from radixlab.eviction_sim import capacity_grid, simulate
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
-from radixlab.request import Request, admit, extend, release
-from radixlab.workloads import few_shot, shared_system_prompt
+from radixlab.sim.eviction_sim import capacity_grid, simulate
+from radixlab.mem_cache import ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
+from radixlab.sim.workloads import few_shot, shared_system_prompt
 
 
 def test_tiny_run_prints_both_designs_and_ratios(capsys):

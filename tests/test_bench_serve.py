@@ -9,7 +9,7 @@ import re
 from radixlab.__main__ import main as cli
 from radixlab.benchmarks.serve import add_ratios, percentile, serve_once, targets
 from radixlab.model import load_model
-from radixlab.workloads import generated_shared_prefix
+from radixlab.sim.workloads import generated_shared_prefix
 
 
 def test_quick_run_prints_tables_and_writes_json_and_plot(tmp_path, capsys):

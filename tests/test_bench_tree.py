@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from radixlab.benchmarks import tree as bt
-from radixlab.radix_cache import RadixCache
-from radixlab.radix_key import RadixKey
-from radixlab.workloads import ReferenceTreeWorkload
+from radixlab.benchmarks import tree_ops
+from radixlab.mem_cache import RadixCache, RadixKey
+from radixlab.sim.workloads import ReferenceTreeWorkload
 
 
 def test_small_run_has_every_section_and_agrees():
@@ -146,7 +146,7 @@ def test_engine_cache_share_counts_outermost_calls_and_lpm_matches_more():
     """The engine share counts each outermost tree call once, deterministically; lpm's scheduler matches
     every waiting request at every step, so it calls match_prefix more often than fcfs on the same trace."""
     from radixlab.model import load_model
-    from radixlab.workloads import generated_shared_prefix
+    from radixlab.sim.workloads import generated_shared_prefix
 
     model = load_model("tiny", device="cpu")
     trace = generated_shared_prefix(num_groups=2, prompts_per_group=4, system_prompt_len=64, question_len=16,
@@ -198,7 +198,7 @@ def test_interleaved_keeps_only_the_results_in_flight_and_checks_every_call():
 
 def test_the_agreement_check_fails_on_a_side_that_answers_wrong():
     """op_table's inline checks: a wrong hit length, other slot indices or a wrong insert prefix each clear agree."""
-    from radixlab.radix_cache import MatchResult
+    from radixlab.mem_cache import MatchResult
 
     wl = ReferenceTreeWorkload(3, 4, system_len=20, turn_len=10, seed=4)
     reqs = wl.requests()
@@ -230,7 +230,8 @@ def test_page_faults_are_counted_per_timed_call_after_the_warm_up(monkeypatch):
     def fake_getrusage(who):
         counter["n"] += 1000  # every reading: a thousand more faults than the last
         return types.SimpleNamespace(ru_minflt=counter["n"])
-    monkeypatch.setattr(bt.resource, "getrusage", fake_getrusage)
+    resource = pytest.importorskip("resource")  # Unix only; bench tree reads it lazily
+    monkeypatch.setattr(resource, "getrusage", fake_getrusage)
     lanes = [("a", lambda x: x, list(range(10))), ("b", lambda x: x, list(range(10)))]
     _, faults = bt.interleaved(lanes, keep=2, warmup=3)  # readings: start, at call 3, end
     assert faults == pytest.approx(1000 / (7 * 2))
@@ -289,7 +290,7 @@ def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
         cache, t = real_build(side, rs, native)
         built.append(cache)
         return cache, t
-    monkeypatch.setattr(bt, "build", spy)
+    monkeypatch.setattr(tree_ops, "build", spy)  # where op_table looks them up
     seen = []
     real_lanes = bt._floor_lanes
 
@@ -297,7 +298,7 @@ def test_floor_lanes_read_twins_never_the_timed_tree(monkeypatch):
         out = real_lanes(*a)
         seen.extend(out)
         return out
-    monkeypatch.setattr(bt, "_floor_lanes", lanes_spy)
+    monkeypatch.setattr(tree_ops, "_floor_lanes", lanes_spy)
     out = bt.op_table([bt.radixlab_side("fast")], wl, reqs, 6, forms=("key",))
     timed, twins = built[0], built[1:]
     assert len(twins) == 7 and all(t is not timed for t in twins)  # 4 full-hit lanes, 1 system-prompt, 2 insert
@@ -341,3 +342,24 @@ def test_ladders_and_the_bytes_eq_target_from_a_record_built_by_hand():
                                                           "walk_x": None, "met": True, "copy_over": False, "walk_over": False}
     with pytest.raises(ValueError, match="bytes_eq_ns"):
         bt.bytes_eq_target(1, 1, 1, 0)
+
+
+def test_bench_tree_imports_and_times_without_resource(monkeypatch):
+    """On Windows there is no ``resource`` module: bench tree still imports and times, faults read 0."""
+    import builtins
+    import importlib
+
+    real_import = builtins.__import__
+
+    def no_resource(name, *args, **kwargs):
+        if name == "resource":
+            raise ImportError("No module named 'resource'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_resource)
+    timing = importlib.reload(importlib.import_module("radixlab.benchmarks.tree_timing"))
+    assert timing.minor_faults() == 0
+    _, faults = timing.interleaved([("a", lambda x: x, list(range(4)))], keep=1, warmup=0)
+    assert faults == 0
+    monkeypatch.undo()
+    importlib.reload(timing)  # the module as the other tests know it

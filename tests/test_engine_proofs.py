@@ -11,7 +11,7 @@ import pytest
 
 from radixlab.engine import Engine
 from radixlab.model import load_model
-from radixlab.radix_key import RadixKey
+from radixlab.mem_cache import RadixKey
 
 from engine_helpers import DEVICES, assert_no_leak, check_against_dense, one_thread, shared_prefix_prompts
 

@@ -13,11 +13,9 @@ from hypothesis import strategies as st
 from radixlab.engine import Engine
 from radixlab.engine.schedule_batch import Req
 from radixlab.engine.policies import LPM_FALLBACK_QUEUE_LEN
-from radixlab.hash_cache import HashBlockCache, HashedKey
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.mem_cache import HashBlockCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 from radixlab.model import load_model
-from radixlab.request import Request, admit, extend, release
-from radixlab.workloads import generated_shared_prefix
+from radixlab.sim.workloads import generated_shared_prefix
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +121,11 @@ def test_hash_cache_hashes_each_block_of_a_request_once(model):
     # at admission, cached after prefill and inserted at the end
     assert engine.tree_cache.hash_computations == 4
     req = Req(rid="x", origin_input_ids=list(range(40)))
-    key = req.radix_key(req.origin_input_ids)
-    assert isinstance(key, HashedKey) and key.block_hashes is req.block_hashes
+    cache = HashBlockCache(16)
+    cache.match_prefix(req.radix_key(), req)  # the request keeps the hashes it computed
+    assert len(req.block_hashes) == 2 and cache.hash_computations == 2
+    cache.match_prefix(req.radix_key(), req)
+    assert cache.hash_computations == 2
 
 
 # -- HashBlockCache on its own, through notebook 05's request lifecycle -------------------------

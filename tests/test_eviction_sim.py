@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from radixlab.eviction_sim import (POLICIES, NextUse, bookkeeping_costs, capacity_grid, gap_table, simulate,
+from radixlab.sim.eviction_sim import (POLICIES, NextUse, bookkeeping_costs, capacity_grid, gap_table, simulate,
                                    sweep)
-from radixlab.radix_cache import RadixCache
-from radixlab.workloads import TraceRequest, few_shot, ideal_hit_rate, multi_turn_chat, working_set_tokens
+from radixlab.mem_cache import RadixCache
+from radixlab.sim.workloads import TraceRequest, few_shot, ideal_hit_rate, multi_turn_chat, working_set_tokens
 
 A, B, C = (1, 1, 1, 1), (2, 2, 2, 2), (3, 3, 3, 3)
 

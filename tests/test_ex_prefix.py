@@ -182,7 +182,7 @@ def test_reference_and_radix_cache_always_agree(paths, query, ns, page_size):
 @pytest.mark.parametrize("bad", [0, -3])
 def test_both_raise_on_bad_page_size(bad):
     for fn in (reference_longest_cached_prefix, radix_longest_cached_prefix):
-        with pytest.raises(ValueError, match="page_size must be positive"):
+        with pytest.raises(ValueError, match="page_size must be"):
             fn([1], "base", [([1], "base")], bad)
 
 

@@ -78,7 +78,7 @@ spec.judge = lambda *a, **k: (True, "")
 spec.CheckResult.passed = property(lambda self: True)'''
 
 PATCH_REFERENCE_SPLIT = "RadixTree._split = lambda self, node, idx: split(node, idx)"
-PATCH_REFERENCE_EVICT = ("from radixlab.radix_cache import RadixCache\n"
+PATCH_REFERENCE_EVICT = ("from radixlab.mem_cache.radix_cache import RadixCache\n"
                          "RadixCache._evict_from_heap = lambda self, heap, n: evict_loop(self, heap, n)")
 
 SPLIT_HEAD = "def split(node: RadixNode, idx: int) -> RadixNode:\n"

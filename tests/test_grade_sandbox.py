@@ -190,7 +190,7 @@ OTHER_FORGERIES = {
         "    for n in range(1, len(tokens) + 1):\n        try:\n            node = t.find(tokens[:n])\n"
         "        except KeyError:\n            continue\n"
         "        if node.value is not None:\n            best = (n, node.value)\n    return best\n"),
-    "04.1 RadixCache.match_prefix": ("04.1", "from radixlab.radix_cache import RadixCache, RadixKey\n"
+    "04.1 RadixCache.match_prefix": ("04.1", "from radixlab.mem_cache.radix_cache import RadixCache, RadixKey\n"
         "def longest_cached_prefix(q, ns, paths, p):\n    c = RadixCache(page_size=p)\n"
         "    for t, n in paths:\n        c.insert(RadixKey(list(t), n))\n"
         "    return len(c.match_prefix(RadixKey(list(q), ns)))\n"),
@@ -390,7 +390,7 @@ def test_a_wrong_answer_gets_the_same_verdict_in_both():
     from radixlab.course import ex_evict
     import inspect
 
-    wrong = "import heapq\nfrom radixlab.radix_cache import RadixCache\n" + inspect.getsource(ex_evict.fifo_parent_loop).replace("fifo_parent_loop", "evict_loop")
+    wrong = "import heapq\nfrom radixlab.mem_cache.radix_cache import RadixCache\n" + inspect.getsource(ex_evict.fifo_parent_loop).replace("fifo_parent_loop", "evict_loop")
     result, _ = grade_cells("06.1", [wrong])
     kernel = _in_kernel("06.1", [wrong])
     assert not result.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
@@ -498,10 +498,10 @@ def test_without_a_sandbox_a_pth_file_voids_the_batch_and_the_next_run(tmp_path,
 def test_the_check_cell_tells_a_student_who_hands_in_radixlab_code_the_copy_lacks():
     from radixlab.course.ex_tree import check_split
     ns: dict = {}
-    exec("from radixlab.radix_cache import RadixCache\n"
+    exec("from radixlab.mem_cache.radix_cache import RadixCache\n"
          "def split(node, idx):\n    RadixCache\n    raise NotImplementedError()\n", ns)
     result = check_split(ns["split"], record=False)
-    assert result.score == 0 and "radixlab.radix_cache" in repr(result) and "does not hold it" in repr(result)
+    assert result.score == 0 and "radixlab.mem_cache.radix_cache" in repr(result) and "does not hold it" in repr(result)
 
 
 def _processes_with(marker: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""The chained-hash block cache (radixlab.hash_cache) against the seed's formula and a brute force."""
+"""The chained-hash block cache (radixlab.mem_cache.hash_cache) against the seed's formula and a brute force."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from radixlab import RadixKey
 from radixlab.course.answers_prefix import reference_longest_cached_prefix
-from radixlab.hash_cache import HashPrefixCache, RequestBlockHashes, block_hash_input, chain_hashes
+from radixlab.mem_cache import HashPrefixCache, RequestBlockHashes, block_hash_input, chain_hashes
 
 
 def brute_force(prompts, query, block_size, extra_key=None):
@@ -153,7 +153,7 @@ def test_collision_is_counted():
 
 @pytest.mark.parametrize("bad", [0, -16])
 def test_block_size_must_be_positive(bad):
-    with pytest.raises(ValueError, match="block_size must be positive"):
+    with pytest.raises(ValueError, match="block_size must be >= 1"):
         HashPrefixCache(bad)
     with pytest.raises(ValueError, match="block_size"):
         chain_hashes([1, 2], bad)

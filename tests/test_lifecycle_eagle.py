@@ -2,9 +2,7 @@
 
 import pytest
 
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
-from radixlab.radix_cache import RadixCache
-from radixlab.request import Request, admit, extend, release
+from radixlab.mem_cache import RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 6, 7, 8, 10], [1, 2, 3, 4, 5, 6, 7, 8, 9, 11]]
 

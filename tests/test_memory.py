@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+from radixlab.mem_cache import ReqToTokenPool, TokenToKVPoolAllocator
 
 
 def state(a: TokenToKVPoolAllocator):
@@ -158,7 +158,7 @@ def test_req_to_token_pool_errors_change_nothing():
 
 
 def test_complex_indices_are_refused_with_a_clear_error():
-    from radixlab.memory import TokenToKVPoolAllocator
+    from radixlab.mem_cache import TokenToKVPoolAllocator
 
     alloc = TokenToKVPoolAllocator(8)
     with pytest.raises(TypeError, match="free_index"):
@@ -167,3 +167,26 @@ def test_complex_indices_are_refused_with_a_clear_error():
     row = pool.alloc()
     with pytest.raises(TypeError, match="slots"):
         pool.write(row, 0, torch.tensor([1 + 0j]))
+
+
+# -- slots are checked where they enter a request row --------------------------------------------
+
+
+@pytest.mark.parametrize("bad, match", [([3, -1], "slot -1"), ([3, 16], "slot 16, outside"),
+                                        ([3, 9], "not handed out"), (torch.tensor([3, 12]), "not handed out")])
+def test_write_refuses_slots_the_allocator_did_not_hand_out(bad, match):
+    alloc = TokenToKVPoolAllocator(16, 4)
+    pool = ReqToTokenPool(2, 8, token_to_kv_pool_allocator=alloc)
+    alloc.alloc(4)  # page 0: slots 0..3
+    row = pool.alloc()
+    before = pool.req_to_token.clone()
+    with pytest.raises(ValueError, match=match):
+        pool.write(row, 0, bad)
+    assert torch.equal(pool.req_to_token, before)
+    pool.write(row, 0, [0, 1, 2, 3])
+
+
+def test_write_without_an_allocator_still_refuses_negative_slots():
+    pool = ReqToTokenPool(1, 4)
+    with pytest.raises(ValueError, match="slot -2"):
+        pool.write(pool.alloc(), 0, torch.tensor([1, -2]))

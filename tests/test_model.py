@@ -14,7 +14,7 @@ import pytest
 import torch
 from model_harness import Harness
 
-from radixlab.memory import MHATokenToKVPool, ReqToTokenPool
+from radixlab.mem_cache import MHATokenToKVPool, ReqToTokenPool
 from radixlab.model import ForwardBatch, ForwardMode, LlamaForCausalLM, ModelConfig, load_model, tiny_config
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -46,7 +46,7 @@ def test_wheel_contains_and_imports_every_module(tmp_path):
     source_modules = sorted(str(p.relative_to(src)) for p in (src / "radixlab").rglob("*.py"))
     missing = [m for m in source_modules if m not in names]
     assert not missing, f"modules missing from the wheel: {missing}"
-    assert "radixlab/model/llama.py" in names and "radixlab/memory.py" in names
+    assert "radixlab/model/llama.py" in names and "radixlab/mem_cache/memory_pool.py" in names
 
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

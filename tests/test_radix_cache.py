@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.radix_cache import RadixCache, RadixKey, common_prefix_len
+from radixlab.mem_cache import FastRadixCache, RadixCache, RadixKey
+from radixlab.mem_cache.radix_key import common_prefix_len
 
 
 def brute_match(inserted, query, extra_key, page_size):
@@ -187,7 +188,7 @@ def test_unlock_of_unlocked_node_is_an_error_and_changes_nothing():
 
 def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
     """SGLang v0.5.17 clones both halves in _split_node (PR #17191): no view keeps evicted indices alive."""
-    from radixlab.memory import TokenToKVPoolAllocator
+    from radixlab.mem_cache import TokenToKVPoolAllocator
 
     alloc = TokenToKVPoolAllocator(20_000, 1)
     cache = RadixCache(1, token_to_kv_pool_allocator=alloc)
@@ -202,10 +203,10 @@ def test_split_clones_the_index_tensors_so_evicted_indices_are_freed():
     assert held == need and need == 5 * 8, (need, held)
 
 
-@pytest.mark.parametrize("matcher", ["fast", "readable"])
-def test_chunked_insert_leaves_hit_counts_alone(matcher):
+@pytest.mark.parametrize("cache_cls", [FastRadixCache, RadixCache])
+def test_chunked_insert_leaves_hit_counts_alone(cache_cls):
     """SGLang's InsertParams.chunked: a chunked prefill re-inserting its own chunks is not a hit (LFU)."""
-    cache = RadixCache(matcher=matcher)
+    cache = cache_cls()
     cache.insert([1, 2, 3, 4], chunked=True)
     (node,) = cache.root_node.children.values()
     assert node.hit_count == 0
@@ -217,3 +218,73 @@ def test_chunked_insert_leaves_hit_counts_alone(matcher):
     assert (head.hit_count, tail.hit_count) == (1, 1)
     cache.insert([1, 2, 9])  # splits the head: both halves keep its count, the new leaf starts at 1
     assert [n.hit_count for n in cache.nodes()] == [2, 1, 1, 1]
+
+
+# -- reliability: locks and slots are checked where they enter ----------------------------------
+
+
+@pytest.mark.parametrize("cache_cls", [FastRadixCache, RadixCache])
+def test_unlocking_an_ancestor_of_a_locked_node_is_refused(cache_cls):
+    """The lock was taken on the leaf: unlocking its parent would leave the owner unable to unlock."""
+    cache = cache_cls()
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 5, 6])  # split: [1, 2] -> [3, 4], [5, 6]
+    leaf = cache.match_prefix([1, 2, 3, 4]).last_node
+    cache.inc_lock_ref(leaf)
+    before = (cache.format(), cache.evictable_size(), cache.protected_size())
+    with pytest.raises(ValueError, match="no lock was taken on it"):
+        cache.dec_lock_ref(leaf.parent)
+    assert (cache.format(), cache.evictable_size(), cache.protected_size()) == before
+    cache.check_invariants()
+    cache.inc_lock_ref(leaf.parent)  # a lock taken on the parent itself may be dropped
+    cache.dec_lock_ref(leaf.parent)
+    cache.dec_lock_ref(leaf)  # the owner can still unlock
+    cache.check_invariants()
+    assert cache.protected_size() == 0
+
+
+def test_a_node_of_another_cache_or_of_before_a_reset_is_refused():
+    a, b = RadixCache(), RadixCache()
+    a.insert([1, 2])
+    node = a.match_prefix([1, 2]).last_node
+    with pytest.raises(ValueError, match="does not belong"):
+        b.inc_lock_ref(node)
+    a.reset()
+    with pytest.raises(ValueError, match="does not belong"):
+        a.inc_lock_ref(node)
+
+
+@pytest.mark.parametrize("bad, match", [([-1, 0, 1], "slot -1"), ([0, 1, 64], "slot 64, outside"),
+                                        ([0, 1, 40], "not handed out")])
+def test_insert_refuses_slots_the_allocator_did_not_hand_out(bad, match):
+    from radixlab.mem_cache import TokenToKVPoolAllocator
+
+    alloc = TokenToKVPoolAllocator(64, 1)
+    cache = RadixCache(token_to_kv_pool_allocator=alloc)
+    alloc.alloc(8)  # slots 0..7 are handed out
+    with pytest.raises(ValueError, match=match):
+        cache.insert([1, 2, 3], torch.tensor(bad))
+    assert cache.total_size() == 0
+    cache.insert([1, 2, 3], torch.tensor([0, 1, 2]))
+    cache.check_invariants()
+
+
+def test_insert_without_an_allocator_still_refuses_negative_slots():
+    with pytest.raises(ValueError, match="slot -3"):
+        RadixCache().insert([1, 2], [4, -3])
+
+
+def test_the_walk_to_the_root_runs_only_with_the_debug_switch(monkeypatch):
+    """The O(depth) membership walk is off the hot path: a lock does an O(1) owner check instead."""
+    from radixlab.utils import debug
+
+    cache = RadixCache()
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    detached = cache._new_node(node.key, node.value.clone(), None)  # this tree's tag, on no path of it
+    detached.parent = cache._new_node(node.key, node.value.clone(), None)
+    monkeypatch.setattr(debug, "DEBUG", False)
+    cache._check_in_tree(detached, "node")  # only the O(1) check ran
+    monkeypatch.setattr(debug, "DEBUG", True)
+    with pytest.raises(ValueError, match="does not belong"):
+        cache._check_in_tree(detached, "node")

@@ -11,9 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.radix_cache import RadixCache
-from radixlab.radix_key import (RadixKey, common_prefix_len, pack_tokens, packed_prefix_len,
-                                unpack_tokens)
+from radixlab.mem_cache import FastRadixCache, RadixCache, RadixKey
+from radixlab.mem_cache.radix_key import common_prefix_len, pack_tokens, packed_prefix_len, unpack_tokens
 
 token_lists = st.lists(st.integers(0, 3), max_size=14)
 ops = st.lists(st.tuples(st.sampled_from(["insert", "match", "evict"]), token_lists,
@@ -23,7 +22,7 @@ ops = st.lists(st.tuples(st.sampled_from(["insert", "match", "evict"]), token_li
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 4), st.booleans(), ops)
 def test_fast_and_readable_matchers_agree(page_size, is_eagle, script):
-    fast, slow = (RadixCache(page_size, is_eagle=is_eagle, matcher=m) for m in ("fast", "readable"))
+    fast, slow = FastRadixCache(page_size, is_eagle=is_eagle), RadixCache(page_size, is_eagle=is_eagle)
     slot = 0
     for op, toks, ns, n in script:
         if op == "insert":
@@ -69,7 +68,7 @@ def test_every_input_form_packs_the_same(make):
 
 def test_packing_by_length_stays_exact_and_bounded(monkeypatch):
     """The compiled packers are per length: every length packs as array('q'), and the cache is bounded."""
-    import radixlab.radix_key as rk
+    import radixlab.mem_cache.radix_key as rk
 
     monkeypatch.setattr(rk, "_MAX_PACKERS", 8)
     monkeypatch.setattr(rk, "_PACKERS", {})
@@ -115,14 +114,16 @@ def test_from_packed_rejects_what_is_not_whole_tokens():
         RadixKey.from_packed([1, 2])
 
 
-def test_matcher_argument_is_checked():
-    with pytest.raises(ValueError, match="matcher"):
-        RadixCache(matcher="turbo")
+def test_the_fast_cache_overrides_only_the_two_walks():
+    """One walk per class: FastRadixCache replaces the match and insert walks, nothing else."""
+    own = {name for name, v in vars(FastRadixCache).items() if callable(v)}
+    assert own == {"_match_prefix_helper", "_insert_helper"}
+    assert issubclass(FastRadixCache, RadixCache)
 
 
 def test_a_plain_list_is_packed_once_per_call(monkeypatch):
     """match_prefix(list) and insert(list) convert the token list exactly once."""
-    import radixlab.radix_cache as rc
+    import radixlab.mem_cache.radix_cache as rc
 
     calls = []
     real = rc.pack_tokens
@@ -158,9 +159,9 @@ def test_match_touches_only_the_path():
 def test_the_request_path_converts_each_token_list_once(monkeypatch):
     """admit and cache_finished_req build keys from the request's packed ids: the prompt is packed
     once (at creation), the output ids once (at release); the cache itself packs nothing."""
-    import radixlab.radix_cache as rc
-    import radixlab.request as rq
-    from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
+    import radixlab.mem_cache.radix_cache as rc
+    import radixlab.mem_cache.common as rq
+    from radixlab.mem_cache import ReqToTokenPool, TokenToKVPoolAllocator
 
     calls = []
     real = rq.pack_tokens

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from radixlab.engine.policies import (LPM_FALLBACK_QUEUE_LEN, POLICIES, SimRequest, active_policy,
                                       compute_prefix_matches, order_queue, validate_policy)
-from radixlab.radix_cache import RadixCache, RadixKey
+from radixlab.mem_cache import RadixCache, RadixKey
 
 
 def rids(decision):

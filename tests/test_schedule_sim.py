@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.schedule_sim import (best_order_brute_force, compare_orders, paper_dfs_order, serve_order,
+from radixlab.sim.schedule_sim import (best_order_brute_force, compare_orders, paper_dfs_order, serve_order,
                                    serve_with_policy)
-from radixlab.workloads import TraceRequest, generated_shared_prefix, ideal_hit_rate
+from radixlab.sim.workloads import TraceRequest, generated_shared_prefix, ideal_hit_rate
 
 
 def prompts_only(prompts, namespaces=None):
@@ -85,7 +85,7 @@ def test_bad_arguments():
 
 
 def test_service_frames_show_each_step():
-    from radixlab.schedule_sim import service_frames
+    from radixlab.sim.schedule_sim import service_frames
 
     trace = prompts_only([[1, 1, 1, 5], [2, 2, 2, 5], [1, 1, 1, 6]])
     frames, res = service_frames(trace, "lpm", 4, labels=["A1", "B1", "A2"])

@@ -35,8 +35,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from radixlab import sglang_ref
-from radixlab.evict_policy import EVICTION_POLICIES
-from radixlab.radix_cache import MATCHERS, RadixCache, RadixKey
+from radixlab.mem_cache import EVICTION_POLICIES, FastRadixCache, RadixCache, RadixKey
+
+CACHES = {"fast": FastRadixCache, "readable": RadixCache}  # the packed-bytes walk and the readable one
+MATCHERS = tuple(CACHES)
 
 if sglang_ref.wheel_path() is None:
     pytest.skip(sglang_ref.missing_reason(), allow_module_level=True)
@@ -81,8 +83,8 @@ class Differential(RuleBasedStateMachine):
         self.sg = SG.RadixCache(SG.CacheInitParams(
             disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=self.sg_alloc,
             page_size=page_size, is_eagle=is_eagle, eviction_policy=self.policy))
-        self.rl = RadixCache(page_size, token_to_kv_pool_allocator=self.rl_alloc, eviction_policy=self.policy,
-                             is_eagle=is_eagle, matcher=self.matcher)
+        self.rl = CACHES[self.matcher](page_size, token_to_kv_pool_allocator=self.rl_alloc,
+                                       eviction_policy=self.policy, is_eagle=is_eagle)
         self.next_slot = 100
         self.handles: list[list] = []  # [radixlab node, SGLang node, locks we hold on it]
 
@@ -217,7 +219,7 @@ def _replay(policy: str, matcher: str, ops: list[tuple]) -> tuple[list[int], lis
     sglang_ref.use_counter_clock(SG)
     sg_alloc, rl_alloc = sglang_ref.RecordingAllocator(), sglang_ref.RecordingAllocator()
     sg = SG.new_cache(1, policy, sg_alloc)
-    rl = RadixCache(1, token_to_kv_pool_allocator=rl_alloc, eviction_policy=policy, matcher=matcher)
+    rl = CACHES[matcher](1, token_to_kv_pool_allocator=rl_alloc, eviction_policy=policy)
     slot = 0
     for op, arg in ops:
         if op == "insert":

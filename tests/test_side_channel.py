@@ -9,7 +9,7 @@ import torch
 
 from radixlab.engine import Engine
 from radixlab.model import load_model
-from radixlab.side_channel import SimulatedClock, candidates, roc_auc, run_attack
+from radixlab.sim.side_channel import SimulatedClock, candidates, roc_auc, run_attack
 
 
 def test_roc_auc_brute_force_cases():

@@ -136,7 +136,7 @@ def test_tags_and_legend_are_in_the_picture_not_only_in_the_text():
 
 
 def test_hash_table_picture_has_the_parent_column_of_its_text():
-    from radixlab.hash_cache import HashPrefixCache
+    from radixlab.mem_cache import HashPrefixCache
     from radixlab.viz.hashtable import draw_hash_table
 
     c = HashPrefixCache(block_size=2)
@@ -152,7 +152,7 @@ def test_hash_table_picture_has_the_parent_column_of_its_text():
 
 def test_hash_table_picture_shows_its_caption_like_draw_tree():
     """Notebook 03 sets the table beside a tree drawing: both pictures carry their caption."""
-    from radixlab.hash_cache import HashPrefixCache
+    from radixlab.mem_cache import HashPrefixCache
     from radixlab.viz.hashtable import draw_hash_table
 
     c = HashPrefixCache(block_size=2)

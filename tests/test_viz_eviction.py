@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
-from radixlab.radix_cache import RadixCache
-from radixlab.request import Request, admit, extend, release
+from radixlab.mem_cache import RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 from radixlab.viz.eviction import (draw_eviction_state, evict_frames, format_heap, heap_order, lifecycle_frames,
                                    traced_evict)
 
@@ -84,11 +82,10 @@ def test_an_evicted_parent_and_child_are_both_drawn_connected():
 
 
 def test_lifecycle_frames_take_no_lock_when_no_row_is_free():
-    from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
-    from radixlab.request import Request
+    from radixlab.mem_cache import ReqToTokenPool, Request, TokenToKVPoolAllocator
 
     cache = RadixCache(token_to_kv_pool_allocator=TokenToKVPoolAllocator(32), req_to_token_pool=ReqToTokenPool(1, 16))
-    cache.insert([1, 2, 3], [0, 1, 2])
+    cache.insert([1, 2, 3], cache.token_to_kv_pool_allocator.alloc(3))
     cache.req_to_token_pool.alloc()  # the only row is taken
     with pytest.raises(RuntimeError):
         lifecycle_frames(cache, Request("b", [1, 2, 3, 4]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixlab.workloads import (WORKLOADS, TraceRequest, few_shot, ideal_hit_rate, multi_turn_chat,
+from radixlab.sim.workloads import (WORKLOADS, TraceRequest, few_shot, ideal_hit_rate, multi_turn_chat,
                                 shared_system_prompt, working_set_tokens)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from radixlab.workloads import (WORKLOADS, as_text, generated_shared_prefix, ideal_hit_rate, random_prompts,
+from radixlab.sim.workloads import (WORKLOADS, as_text, generated_shared_prefix, ideal_hit_rate, random_prompts,
                                 self_consistency, token_word, tree_of_thought)
 
 NEW = ("generated_shared_prefix", "tree_of_thought", "self_consistency", "random_prompts")

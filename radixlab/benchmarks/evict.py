@@ -19,13 +19,12 @@ import time
 from collections import OrderedDict
 from typing import Sequence
 
-from ..eviction_sim import capacity_grid, serve_trace
-from ..memory import ReqToTokenPool, TokenToKVPoolAllocator
-from ..radix_cache import RadixCache, RadixKey, TreeNode
-from ..workloads import WORKLOADS, TraceRequest
+from ..sim.eviction_sim import capacity_grid, serve_trace
+from ..mem_cache import FastRadixCache, RadixCache, RadixKey, ReqToTokenPool, TokenToKVPoolAllocator, TreeNode
+from ..sim.workloads import WORKLOADS, TraceRequest
 
 
-class ListLRURadixCache(RadixCache):
+class ListLRURadixCache(FastRadixCache):
     """``RadixCache`` with LRU eviction from a recency list instead of a heap (the baseline)."""
 
     def reset(self) -> None:

@@ -68,9 +68,9 @@ def serve(engine: Any, prompts: list[list[int]], wave: int, max_new_tokens: int)
 def distinct_prefix_tokens(prompts: list[list[int]]) -> int:
     """Tokens a perfect prefix cache would compute: the size of the trie of all prompts (each
     distinct prefix once; the last token of a prompt is counted once more when it is cached)."""
-    from ..radix_cache import RadixCache
+    from ..mem_cache import FastRadixCache
 
-    tree = RadixCache()
+    tree = FastRadixCache()
     extra = 0
     for p in prompts:
         extra += len(tree.match_prefix(p)) == len(p)  # a fully cached prompt still computes its last token

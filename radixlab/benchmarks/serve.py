@@ -1,7 +1,7 @@
 """``python -m radixlab bench serve``: every workload through the engine, with and without prefix caching.
 
 The SGLang paper's evaluation, scaled to a laptop CPU (notebook 09_scheduling_and_serving). Each
-workload of ``radixlab.workloads`` runs through one ``Engine`` per configuration, all at the same KV
+workload of ``radixlab.sim.workloads`` runs through one ``Engine`` per configuration, all at the same KV
 capacity (``--kv-tokens``) and in the same process, so the ratios are fair:
 
 * ``no-cache``: ``disable_radix_cache=True`` (SGLang's ``ChunkCache``), the baseline of every ratio;
@@ -33,7 +33,7 @@ import statistics
 import time
 from typing import Any, Callable, Sequence
 
-from ..workloads import (TraceRequest, few_shot, generated_shared_prefix, multi_turn_chat, random_prompts,
+from ..sim.workloads import (TraceRequest, few_shot, generated_shared_prefix, multi_turn_chat, random_prompts,
                          tree_of_thought)
 
 CACHES: dict[str, dict] = {

@@ -6,7 +6,7 @@ there): the grader computes the expected values from it in its own process.
 
 from __future__ import annotations
 
-from ..radix_cache import RadixCache
+from ..mem_cache import RadixCache
 
 
 def reference_evict_loop(cache: RadixCache, heap: list, num_tokens: int) -> int:

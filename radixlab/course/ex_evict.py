@@ -22,8 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..memory import TokenToKVPoolAllocator
-from ..radix_cache import RadixCache, TreeNode
+from ..mem_cache import RadixCache, TokenToKVPoolAllocator, TreeNode
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EvictLoop = Callable[[RadixCache, list, int], int]
@@ -285,7 +284,7 @@ SPEC = ExerciseSpec(
     reference=reference_evict_loop, drive=drive, cases=cases, compare=compare,
     forbidden=("evict", "_evict_from_heap", "reference_evict_loop", "loop_with_parent_rule",
                "forgets_parent_loop", "ignores_lock_loop"),
-    strip=("radixlab.radix_cache:RadixCache.evict", "radixlab.radix_cache:RadixCache._evict_from_heap",
+    strip=("radixlab.mem_cache.radix_cache:RadixCache.evict", "radixlab.mem_cache.radix_cache:RadixCache._evict_from_heap",
            "radixlab.course.ex_evict:loop_with_parent_rule", "radixlab.course.ex_evict:forgets_parent_loop",
            "radixlab.course.ex_evict:ignores_lock_loop", "radixlab.course.ex_evict:fifo_parent_loop",
            "radixlab.course.ex_evict:child_key_parent_loop"))  # absent in the executor

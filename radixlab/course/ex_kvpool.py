@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
+from ..mem_cache import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..model.forward_batch import ForwardBatch, ForwardMode
 from ..model.loader import load_tiny
 from ..tokenizer import encode

@@ -57,7 +57,7 @@ def random_cases(n: int, seed: int = 0) -> list[tuple[list[int], str, list, int]
 def radix_longest_cached_prefix(query_tokens: Sequence[int], query_namespace: Hashable,
                                 cached_paths: CachedPaths, page_size: int) -> int:
     """The same question answered by the real tree: insert every path, ``match_prefix`` the query."""
-    from ..radix_cache import RadixCache, RadixKey
+    from ..mem_cache import RadixCache, RadixKey
 
     cache = RadixCache(page_size=page_size)
     for tokens, namespace in cached_paths:

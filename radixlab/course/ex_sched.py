@@ -8,7 +8,7 @@ ties in arrival order, deprioritized requests last (in arrival order: SGLang giv
 same key, ``inf``).
 
 Cases: the notebook's queue and ties (main), then the one-request-at-a-time simulator
-(``radixlab.schedule_sim``) driven by the student's order on a shared-system-prompt queue with a
+(``radixlab.sim.schedule_sim``) driven by the student's order on a shared-system-prompt queue with a
 tiny cache, whose served order and hit rate must equal LPM's (main); hidden: the deprioritized tail,
 an empty queue, everything held back, the caller's list left alone, and agreement with
 ``radixlab.engine.policies.sort_by_longest_prefix`` on random queues.
@@ -44,8 +44,8 @@ def _order(fn: Callable, waiting: list, deprioritized: list) -> Any:
 def _simulate(fn: Callable, seed: int) -> dict:
     """Serve a shuffled shared-system-prompt queue one request at a time, ``fn`` choosing the next."""
     from ..engine.policies import compute_prefix_matches
-    from ..schedule_sim import serve_dynamic
-    from ..workloads import generated_shared_prefix
+    from ..sim.schedule_sim import serve_dynamic
+    from ..sim.workloads import generated_shared_prefix
 
     trace = generated_shared_prefix(num_groups=4, prompts_per_group=4, system_prompt_len=64, question_len=16,
                                     output_len=8, seed=seed)
@@ -141,8 +141,8 @@ SPEC = ExerciseSpec(
                "compute_prefix_matches", "POLICIES", "OrderingPolicy", "LpmPolicy", "calc_priority",
                "radixlab.engine.policies.*", "radixlab.engine.schedule_policy.*"),
     strip=("radixlab.engine.policies:sort_by_longest_prefix", "radixlab.engine.policies:order_queue",
-           "radixlab.schedule_sim:serve_with_policy", "radixlab.schedule_sim:compare_orders",
-           "radixlab.schedule_sim:service_frames"))  # absent in the executor
+           "radixlab.sim.schedule_sim:serve_with_policy", "radixlab.sim.schedule_sim:compare_orders",
+           "radixlab.sim.schedule_sim:service_frames"))  # absent in the executor
 SPECS = [SPEC]
 
 

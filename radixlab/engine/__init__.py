@@ -2,7 +2,7 @@
 
 ``engine.py`` (``Engine.generate``), ``scheduler.py`` (queue, batches, the normal event loop),
 ``schedule_batch.py`` (``Req``, ``ScheduleBatch``), ``schedule_policy.py`` (order and budget),
-``model_runner.py`` (``ForwardBatch``, model, sampling), ``chunk_cache.py`` (the no-cache baseline).
+``model_runner.py`` (``ForwardBatch``, model, sampling). The caches and pools are ``radixlab.mem_cache``'s.
 """
 
 from .engine import Engine

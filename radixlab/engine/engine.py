@@ -21,7 +21,7 @@ shares that adapter's namespace: ``lora/lora_registry.py``.)
 
 ``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
 ``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
-``hash_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
+``mem_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
 no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for tests and notebook 07 only:
 ``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
 and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
@@ -40,10 +40,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
-from ..hash_cache import HashBlockCache
-from ..radix_cache import RadixCache
-from .chunk_cache import ChunkCache
+from ..mem_cache import (ChunkCache, FastRadixCache, HashBlockCache, MHATokenToKVPool, ReqToTokenPool,
+                         TokenToKVPoolAllocator)
 from ..utils.checks import is_index_dtype
 from .io_struct import INT64_MAX, DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
@@ -133,9 +131,10 @@ class Engine:
         cfg = model.config
         self.context_len = min(cfg.max_position_embeddings, self.max_total_tokens)
         # 2. The pools (SGLang: ModelRunner.init_memory_pool) and the cache.
-        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len, self.device)
         allocator_cls = _PartialPageAllocator if unsafe_share_partial_pages else TokenToKVPoolAllocator
         self.token_to_kv_pool_allocator = allocator_cls(self.max_total_tokens, self.page_size, self.device)
+        self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len, self.device,
+                                                token_to_kv_pool_allocator=self.token_to_kv_pool_allocator)
         self.token_to_kv_pool = MHATokenToKVPool(self.max_total_tokens, self.page_size, model.dtype,
                                                  cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, self.device)
         cache_args = dict(token_to_kv_pool_allocator=self.token_to_kv_pool_allocator,
@@ -145,7 +144,7 @@ class Engine:
         elif prefix_cache == "hash":  # vLLM's block-hash prefix cache (notebook 09, bench serve)
             self.tree_cache = HashBlockCache(HASH_BLOCK_SIZE, **cache_args)
         else:  # the unsafe switch: a token-granular tree over a paged pool
-            self.tree_cache = RadixCache(1 if unsafe_share_partial_pages else self.page_size, **cache_args)
+            self.tree_cache = FastRadixCache(1 if unsafe_share_partial_pages else self.page_size, **cache_args)
         # 3. The scheduler and the model runner.
         eos = getattr(cfg, "eos_token_id", None)
         eos_ids = frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)

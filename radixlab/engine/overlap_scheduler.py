@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from ..model.forward_batch import ForwardBatch, ForwardMode
-from ..request import alloc_at
+from ..mem_cache import alloc_at
 from .device_backend import DeviceBackend, Launch
 from .model_runner import ModelRunner
 from .schedule_batch import Req, ScheduleBatch

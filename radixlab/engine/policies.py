@@ -42,7 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Protocol, Sequence
 
-from ..radix_cache import RadixCache, RadixKey, TreeNode
+from ..mem_cache import FastRadixCache, RadixCache, RadixKey, Request, TreeNode
 
 POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
 CACHE_AWARE = ("lpm", "dfs-weight")
@@ -117,9 +117,9 @@ def request_ids(req: WaitingRequest) -> list[int]:
 
 
 def request_key(req: WaitingRequest) -> RadixKey:
-    """The key a policy matches, in the request's namespace. A ``radixlab.request.Request`` packed its
+    """The key a policy matches, in the request's namespace. A ``radixlab.mem_cache.common.Request`` packed its
     prompt once, at creation: the key reuses those bytes (no per-step conversion of the token list)."""
-    if hasattr(req, "packed_ids"):
+    if isinstance(req, Request):
         return RadixKey.from_packed(req.packed_ids(len(req.origin_input_ids) + len(req.output_ids)), req.extra_key)
     return RadixKey(request_ids(req), req.extra_key)
 
@@ -148,10 +148,10 @@ def compute_prefix_matches(queue: Sequence[WaitingRequest], tree: RadixCache,
     last_node: dict = {}
     deprioritized: set = set()
     # 1. A scratch tree of the waiting queue itself: which waiting requests share uncached prefixes?
-    waiting_tree = RadixCache(page_size=1)
+    waiting_tree = FastRadixCache(page_size=1)
     for r in queue:
         key = request_key(r)
-        match = tree.match_prefix(key)
+        match = tree.match_prefix(key, r if isinstance(r, Request) else None)
         prefix_len[r.rid], last_node[r.rid] = len(match), match.last_node
         # 2. Short cached prefix: does an earlier waiting request share a long prefix with us?
         if in_batch_check and len(match) <= IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD:

@@ -1,6 +1,6 @@
 """The engine's request (``Req``) and batch (``ScheduleBatch``) — notebook 07_kv_memory_pool.
 
-Mirrors ``sglang/srt/managers/schedule_batch.py``. ``Req`` is ``radixlab.request.Request`` (the KV
+Mirrors ``sglang/srt/managers/schedule_batch.py``. ``Req`` is ``radixlab.mem_cache.common.Request`` (the KV
 ownership fields of notebook 05) plus what serving needs: sampling parameters, the adapter, the
 output so far and timestamps. ``ScheduleBatch`` is the set of requests one model step runs:
 ``prepare_for_extend`` / ``prepare_for_decode`` allocate KV slots (evicting from the tree when the
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from ..hash_cache import HashedBytes, HashedKey
+
 from ..model.forward_batch import ForwardMode
-from ..request import Request, extend
+from ..mem_cache import Request, extend
 
 
 @dataclass(eq=False, repr=False)
@@ -43,22 +43,9 @@ class Req(Request):
     finished_time: float | None = None
     output_logits: list = field(default_factory=list)  # per output token, when the engine keeps them
     generator: torch.Generator | None = None
-    block_hashes: list = field(default_factory=list)  # full-block chain hashes, kept as vLLM does (hash cache)
     # (prefix length, slots) when the scheduler allocated this step's slots at admission (a cache that
     # caches on allocation, as vLLM's does: ``Scheduler._alloc_at_admission``); prepare_for_extend uses them
     preallocated: tuple | None = field(default=None, repr=False)
-
-    def radix_key(self, tokens: Any = None) -> HashedKey:
-        """The request's key; it carries ``block_hashes`` so a hash cache hashes each block once."""
-        key = HashedKey(self.all_ids if tokens is None else tokens, self.extra_key)
-        key.block_hashes = self.block_hashes
-        return key
-
-    def packed_ids(self, n: int) -> HashedBytes:
-        """The packed ids of ``Request.packed_ids``, carrying ``block_hashes`` for a hash cache."""
-        packed = HashedBytes(super().packed_ids(n))
-        packed.block_hashes = self.block_hashes
-        return packed
 
     def is_done(self) -> bool:
         return self.finished_reason is not None

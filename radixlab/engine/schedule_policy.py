@@ -21,7 +21,7 @@ import random
 from enum import Enum, auto
 from typing import TYPE_CHECKING, Any
 
-from ..radix_cache import RadixCache
+from ..mem_cache import RadixCache
 from .policies import PolicyDecision, order_queue
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..request import admit, release
+from ..mem_cache import admit, release
 from .model_runner import GenerationBatchResult, ModelRunner
 from .schedule_batch import Req, ScheduleBatch, alloc_slots
 from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
@@ -135,7 +135,7 @@ class Scheduler:
                 self.stats.held_back += 1
                 continue
             # Peek at the cached prefix; locking it would take its nodes out of the evictable pool.
-            match = self.tree_cache.match_prefix(req.admit_key())
+            match = self.tree_cache.match_prefix(req.admit_key(), req)
             result = adder.add_one_req(req, len(match), self._unlocked_on_path(match.last_node))
             if result is not AddReqResult.CONTINUE and adder.new_chunked_req is not req:
                 break
@@ -164,7 +164,7 @@ class Scheduler:
         ``allocate_slots`` does. A request admitted after it in the same batch then hits those blocks:
         their KV is written in the same forward, layer by layer, before any request's attention reads
         it. A radix cache (SGLang) adopts a prefill's KV only after it ran: nothing happens here."""
-        if not getattr(self.tree_cache, "caches_on_alloc", False) or req.extend_input_len <= 0:
+        if not self.tree_cache.caches_on_alloc or req.extend_input_len <= 0:
             return
         prefix = req.seq_len
         slots, evicted = alloc_slots(req, self.tree_cache, req.extend_input_len)
@@ -253,5 +253,5 @@ class Scheduler:
             req.finished_reason = req.finished_reason or "abort"
         self.waiting_queue, self.chunked_req, self.last_batch, self._admitting = [], None, None, []
         self.running_batch = ScheduleBatch([], self.tree_cache)
-        if getattr(self.tree_cache, "caches_on_alloc", False):
+        if self.tree_cache.caches_on_alloc:
             self.flush_cache()  # blocks cached at allocation may never have been computed

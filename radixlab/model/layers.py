@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 if TYPE_CHECKING:
-    from ..memory import MHATokenToKVPool, ReqToTokenPool
+    from ..mem_cache import MHATokenToKVPool, ReqToTokenPool
     from .forward_batch import ForwardBatch
 
 

@@ -32,7 +32,7 @@ from .config import ModelConfig
 from .layers import LlamaMLP, RadixAttention, RMSNorm, RotaryEmbedding, apply_rotary, causal_attention
 
 if TYPE_CHECKING:
-    from ..memory import MHATokenToKVPool, ReqToTokenPool
+    from ..mem_cache import MHATokenToKVPool, ReqToTokenPool
     from .forward_batch import ForwardBatch
 
 LORA_TARGETS = ("q_proj", "v_proj")

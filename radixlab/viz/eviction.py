@@ -12,7 +12,8 @@ from __future__ import annotations
 import html
 from typing import Any, Mapping, Sequence
 
-from ..radix_cache import RadixCache, TreeNode, abbreviate
+from ..mem_cache import RadixCache, TreeNode
+from ..mem_cache.utils import abbreviate
 from .trees import TreeDrawing, _dot_escape, _walk
 
 Labels = Mapping[int, str] | None
@@ -118,9 +119,9 @@ def evict_frames(cache: RadixCache, requests: Sequence[int], labels: Labels = No
 def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tokens: int = 8) -> list[TreeDrawing]:
     """One request's life, one frame per step: match → lock → alloc → prefill → insert → unlock.
 
-    Drives the real objects (``radixlab.request``); ``cache`` needs both pools. Mutates both.
+    Drives the real objects (``radixlab.mem_cache.common``); ``cache`` needs both pools. Mutates both.
     """
-    from ..request import admit, extend, release
+    from ..mem_cache import admit, extend, release
 
     pool, alloc = cache.req_to_token_pool, cache.token_to_kv_pool_allocator
     frames: list[TreeDrawing] = []

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import html
 
-from ..hash_cache import HashPrefixCache
-from ..radix_cache import abbreviate
+from ..mem_cache import HashPrefixCache
+from ..mem_cache.utils import abbreviate
 from .trees import TreeDrawing, _dot_escape
 
 

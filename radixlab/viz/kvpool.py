@@ -1,6 +1,6 @@
 """Pictures for notebook 07_kv_memory_pool: the index flow and the page-size trade-off.
 
-``index_flow`` follows lesson 4's chain for live requests, from the engine's own objects:
+``index_flow`` follows the index chain for live requests, from the engine's own objects:
 ``RadixCache`` node (``value`` = slots) → ``ReqToTokenPool`` row (position → slot) → slot →
 ``MHATokenToKVPool`` K/V row. It returns a ``TreeDrawing``: text (compared by nbval) and a
 Graphviz picture. ``plot_page_tradeoff`` plots ``radixlab.engine.studies.page_size_tradeoff``.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..radix_cache import abbreviate
+from ..mem_cache.utils import abbreviate
 from .trees import TreeDrawing
 
 

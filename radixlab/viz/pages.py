@@ -12,7 +12,8 @@ import html
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Sequence
 
-from ..radix_cache import RadixCache, RadixKey, common_prefix_len
+from ..mem_cache import RadixCache, RadixKey
+from ..mem_cache.radix_key import common_prefix_len
 from .widgets import frame_slider
 from .trees import TreeDrawing, draw_tree, has_dot
 
@@ -79,7 +80,7 @@ def page_table_view(cached: Sequence[int], query: Sequence[int], page_size: int,
     """Lay out request A (``cached``) and request B (``query``) in a paged pool.
 
     A owns pages 0, 1, ... B matches the common prefix; it reuses ⌊matched/P⌋·P tokens when
-    ``align`` (lesson 4's rule) or all ``matched`` tokens when not. B's pages are A's shared pages,
+    ``align`` (the page-alignment rule) or all ``matched`` tokens when not. B's pages are A's shared pages,
     then fresh ones. A fresh write of B into a shared page clobbers A's slot: that is the bug.
     """
     if isinstance(page_size, bool) or not isinstance(page_size, int):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..radix_cache import RadixCache, RadixKey
+from ..mem_cache import RadixCache, RadixKey
 from ..tree import RadixTree
 from .widgets import frame_slider
 from .trees import TreeDrawing, draw_tree, match_path

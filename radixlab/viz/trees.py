@@ -14,7 +14,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ..radix_cache import RadixCache, TreeNode, abbreviate
+from ..mem_cache import RadixCache, TreeNode
+from ..mem_cache.utils import abbreviate
 from ..tree import RadixNode, RadixTree
 
 log = logging.getLogger("radixlab")
@@ -166,7 +167,7 @@ def _dot_escape(s: str) -> str:
 
 def match_path(tree: RadixTree | RadixCache, tokens: Any) -> list:
     """Nodes a match of ``tokens`` walks through whole (read-only: never splits)."""
-    from ..radix_cache import RadixKey
+    from ..mem_cache import RadixKey
     from ..tree import common_prefix_len
 
     path = []

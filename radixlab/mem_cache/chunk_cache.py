@@ -1,6 +1,6 @@
 """``ChunkCache``: the cache used when the radix cache is off (``disable_radix_cache=True``).
 
-Mirrors ``sglang/srt/mem_cache/chunk_cache.py``: it has the tree's interface but remembers nothing.
+Mirrors ``sglang/srt/mem_cache/chunk_cache.py``: it implements ``BasePrefixCache`` but remembers nothing.
 ``match_prefix`` always returns an empty prefix, a finished request frees every slot of its row, and
 between the chunks of a chunked prefill the request simply keeps its own slots. This is the
 "no cache" baseline of ``python -m radixlab bench prefill`` and notebook 07.
@@ -12,16 +12,18 @@ from typing import Any
 
 import torch
 
-from ..radix_cache import MatchResult, TreeNode
-from ..radix_key import RadixKey
+from ..utils.checks import check_int
+from .base_prefix_cache import BasePrefixCache, MatchResult
+from .radix_key import RadixKey
+from .tree_node import TreeNode
 
 
-class ChunkCache:
-    """Radix-cache interface, no reuse: every request computes its whole prompt."""
+class ChunkCache(BasePrefixCache):
+    """The prefix-cache interface with no reuse: every request computes its whole prompt."""
 
     def __init__(self, page_size: int, *, token_to_kv_pool_allocator: Any, req_to_token_pool: Any,
                  device: str | torch.device = "cpu") -> None:
-        self.page_size = page_size
+        self.page_size = check_int(page_size, "page_size", 1)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
         self.req_to_token_pool = req_to_token_pool
         self.device = torch.device(device)
@@ -31,7 +33,7 @@ class ChunkCache:
         self.root_node = TreeNode(0, RadixKey(()), torch.empty(0, dtype=torch.int64), None, 0)
         self.root_node.lock_ref = 1
 
-    def match_prefix(self, key: Any) -> MatchResult:
+    def match_prefix(self, key: Any, req: Any = None) -> MatchResult:
         return MatchResult(torch.empty(0, dtype=torch.int64, device=self.device), self.root_node)
 
     def inc_lock_ref(self, node: TreeNode) -> int:

@@ -1,10 +1,11 @@
 """A request and the scheduler's side of the KV-ownership contract (notebook 05_request_lifecycle_and_locks).
 
-``Request`` carries SGLang's field names (``origin_input_ids``, ``output_ids``, ``fill_ids``,
-``extra_key``, ``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``).
-The four functions below are one request's life, one step each, as SGLang's scheduler does it for
-a whole batch (``schedule_batch.py`` ``prepare_for_extend`` / ``alloc_for_extend``,
-``mem_cache/common.py`` ``release_kv_cache``):
+SGLang keeps these helpers in ``mem_cache/common.py`` (``evict_from_tree_cache``,
+``release_kv_cache``) and ``mem_cache/allocation.py`` (``alloc_for_extend``), for a whole batch at
+a time; here they take one request, one step each. ``Request`` carries the KV-ownership fields of
+SGLang's ``Req`` (``origin_input_ids``, ``output_ids``, ``fill_ids``, ``extra_key``,
+``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``); the engine's ``Req``
+adds serving fields. Any ``BasePrefixCache`` works:
 
 1. ``admit``: ``match_prefix`` → ``inc_lock_ref(last_node)`` → take a ``ReqToTokenPool`` row and
    write the cached prefix's slots into it.
@@ -18,12 +19,17 @@ a whole batch (``schedule_batch.py`` ``prepare_for_extend`` / ``alloc_for_extend
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
 import torch
 
-from .radix_cache import MatchResult, RadixCache, RadixKey, TreeNode, _as_token_tuple
-from .radix_key import ITEM, pack_tokens, unpack_tokens
+from ..utils.checks import check_int
+from .base_prefix_cache import MatchResult
+from .radix_key import ITEM, RadixKey, _as_token_tuple, pack_tokens, unpack_tokens
+
+if TYPE_CHECKING:
+    from .base_prefix_cache import BasePrefixCache
+    from .tree_node import TreeNode
 
 
 @dataclass(eq=False)
@@ -42,6 +48,8 @@ class Request:
     last_node: TreeNode | None = None  # the node this request holds a lock on
     cache_protected_len: int = 0  # leading row entries that are the tree's slots (not this request's)
     finished: bool = False
+    # full-block chain hashes of all_ids, kept as vLLM keeps them (HashBlockCache reads and extends them)
+    block_hashes: list = field(default_factory=list, repr=False)
     # origin_input_ids packed as int64 bytes, once (the cache's key form: notebook 11), and the list packed
     _origin_packed: bytes = field(default=b"", repr=False)
     _origin_src: Any = field(default=None, repr=False, compare=False)
@@ -96,13 +104,13 @@ class Request:
                 f"cache_protected_len={self.cache_protected_len}, last_node={node})")
 
 
-def _pools(cache: RadixCache) -> tuple[Any, Any]:
+def _pools(cache: BasePrefixCache) -> tuple[Any, Any]:
     if cache.req_to_token_pool is None or cache.token_to_kv_pool_allocator is None:
         raise ValueError("cache needs req_to_token_pool and token_to_kv_pool_allocator for the request lifecycle")
     return cache.req_to_token_pool, cache.token_to_kv_pool_allocator
 
 
-def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], None] | None = None) -> int:
+def admit(req: Request, cache: BasePrefixCache, on_match: Callable[[MatchResult], None] | None = None) -> int:
     """Steps match → lock → row: returns how many leading tokens the cache already holds.
 
     Raises RuntimeError (before any lock is taken) if no row is free. ``on_match(result)`` is called
@@ -116,7 +124,7 @@ def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], Non
     if req_to_token_pool.available_size() == 0:
         req_to_token_pool.alloc()  # raises the pool's "full" error
     # 1. Longest cached, page-aligned prefix. Keep one token to compute: its logits are the output.
-    result = cache.match_prefix(req.admit_key())
+    result = cache.match_prefix(req.admit_key(), req)
     if on_match is not None:
         on_match(result)
     # 2. Lock it: from now on evict() cannot take these slots away from us.
@@ -131,7 +139,7 @@ def admit(req: Request, cache: RadixCache, on_match: Callable[[MatchResult], Non
     return req.cache_protected_len
 
 
-def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
+def extend(req: Request, cache: BasePrefixCache, num_tokens: int | None = None,
            on_evict: Callable[[int], None] | None = None) -> bool:
     """Allocate and write slots for the next ``num_tokens`` tokens (default: the rest of the prompt).
 
@@ -146,9 +154,7 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
     target = req.all_ids
     if num_tokens is None:
         num_tokens = max(len(req.origin_input_ids) - req.seq_len, 0)
-    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0 or req.seq_len + num_tokens > len(target):
-        raise ValueError(f"num_tokens must be in 0 .. {len(target) - req.seq_len} "
-                         f"(tokens not yet in the row), got {num_tokens!r}")
+    num_tokens = check_int(num_tokens, "num_tokens (tokens not yet in the row)", 0, len(target) - req.seq_len)
     if num_tokens == 0:
         return True
     start = req.seq_len
@@ -158,7 +164,7 @@ def extend(req: Request, cache: RadixCache, num_tokens: int | None = None,
     return True
 
 
-def alloc_at(cache: RadixCache, row: int, start: int, num_tokens: int,
+def alloc_at(cache: BasePrefixCache, row: int, start: int, num_tokens: int,
              on_evict: Callable[[int], None] | None = None) -> torch.Tensor | None:
     """Slots for positions ``start .. start + num_tokens - 1`` of request row ``row``, written into it;
     they continue the page of the row's slot at ``start - 1``. When the allocator is short the cache
@@ -181,7 +187,7 @@ def alloc_at(cache: RadixCache, row: int, start: int, num_tokens: int,
     return slots
 
 
-def release(req: Request, cache: RadixCache, on_cached: Callable[[], None] | None = None) -> None:
+def release(req: Request, cache: BasePrefixCache, on_cached: Callable[[], None] | None = None) -> None:
     """The request is done: the cache adopts its KV, the lock goes, the row goes back.
 
     ``on_cached()`` is called after ``cache_finished_req`` and before the row is freed.

@@ -1,16 +1,12 @@
 """How good is LRU? Replay a trace through the real cache and compare eviction policies (notebook 06_eviction).
 
-``simulate`` drives the real objects: a ``RadixCache`` with a ``TokenToKVPoolAllocator`` of
-``capacity`` slots and a ``ReqToTokenPool``, one request at a time through ``admit`` → ``extend``
-(prefill + decode: every prompt and output token gets a slot; the cache evicts when the pool is
-short) → ``release`` (``cache_finished_req``). The hit rate is cached prompt tokens / prompt tokens.
-
-``"belady"`` is the offline reference: Belady's MIN rule ("evict what is needed furthest in the
-future"), at the *same granularity* as the others — the real ``RadixCache.evict`` with its heap, so
-it too evicts whole unlocked leaves, and only the victim order differs. A leaf's *next use* is the
-next request (after the current one) whose prompt reaches the leaf's first page, i.e. the first
-time evicting that leaf would cost a hit; never again = infinitely far. For single-size items MIN is
-optimal; for a tree of variable-length leaves it is the natural oracle, not a proven optimum.
+``simulate`` drives the real objects (a ``FastRadixCache`` over a ``TokenToKVPoolAllocator`` of
+``capacity`` slots and a ``ReqToTokenPool``), one request at a time: ``admit`` → ``extend`` (every
+prompt and output token gets a slot; the cache evicts when the pool is short) → ``release``. The
+hit rate is cached prompt tokens / prompt tokens. ``"belady"`` is the offline reference at the same
+granularity (whole unlocked leaves, the real heap; only the victim order differs): a leaf's next
+use is the next request whose prompt reaches its first page. SGLang offers the online policies
+(``mem_cache/evict_policy.py``); Belady is radixlab's yardstick for them.
 """
 
 from __future__ import annotations
@@ -20,9 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from .memory import ReqToTokenPool, TokenToKVPoolAllocator
-from .radix_cache import RadixCache, TreeNode
-from .request import Request, admit, extend, release
+from ..mem_cache import (FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, TreeNode, admit,
+                         extend, release)
+from ..utils.checks import check_int
 from .workloads import TraceRequest
 
 POLICIES = ("lru", "lfu", "fifo", "belady")
@@ -95,7 +91,7 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
         raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
     longest = max((len(r) for r in trace), default=0)
     need = -(-longest // page_size) * page_size
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < need or capacity % page_size:
+    if check_int(capacity, "capacity") < need or capacity % page_size:
         raise ValueError(f"capacity must be a multiple of page_size={page_size} and >= {need} "
                          f"(the longest request), got {capacity!r}")
     if policy != "belady":
@@ -103,7 +99,7 @@ def simulate(trace: Sequence[TraceRequest], capacity: int, policy: str = "lru", 
     elif oracle is None or oracle.page_size != page_size:
         oracle = NextUse(trace, page_size)
     allocator = TokenToKVPoolAllocator(capacity, page_size)
-    cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
+    cache = FastRadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, max(need, 1)),
                        eviction_policy=oracle if oracle is not None else policy)
     evicted = calls = 0
@@ -182,7 +178,7 @@ def bookkeeping_costs(trace: Sequence[TraceRequest], capacity: int, page_size: i
     """
     allocator = TokenToKVPoolAllocator(capacity, page_size)
     longest = -(-max(len(r) for r in trace) // page_size) * page_size
-    cache = RadixCache(page_size, token_to_kv_pool_allocator=allocator,
+    cache = FastRadixCache(page_size, token_to_kv_pool_allocator=allocator,
                        req_to_token_pool=ReqToTokenPool(1, longest))
     costs = dict(requests=len(trace), node_touches=0, evict_calls=0, heap_built=0, heap_pops=0, parent_pushes=0)
     real_match, real_insert = cache._match_prefix_helper, cache._insert_helper

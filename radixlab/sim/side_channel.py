@@ -1,20 +1,13 @@
 """The prefix cache as a timing side channel, and the namespace that closes it (notebook 10_timing_side_channel).
 
-Tenant A (the victim) sends a prompt: a public template followed by a secret (one of
-``num_candidates`` documents the attacker can enumerate). Tenant B (the attacker) then sends every
-candidate behind the same template and times the first token: the candidate whose prefill was
-shortest was cached, so it is A's secret. ``run_attack`` plays this through a real ``Engine``:
-
-* ``salted=False``: both tenants share one namespace, B's probe of the right candidate hits A's
-  cached secret;
-* ``salted=True``: each tenant's requests carry its own ``extra_key`` (vLLM's ``cache_salt``), so B's
-  probes can only hit B's own entries and every candidate looks the same.
-
-Two clocks read each probe. ``measured``: the engine's TTFT (real, varies run to run).
-``simulated``: a seeded model of the same event, ``base + per_token × tokens computed + noise``,
-where "tokens computed" is the prompt minus the engine's ``cached_tokens``: the only input from the
-run, and it is deterministic. The defaults model SmolLM2-135M on a 2-core CPU (about 3 ms a prompt
-token, 20 ms of jitter). Notebook 10 shows both; nbval compares only the simulated one.
+Tenant A sends a public template followed by a secret (one of ``num_candidates`` documents);
+tenant B sends every candidate behind the same template and times the first token: the cached one
+is A's. ``run_attack`` plays this through a real ``Engine``, unsalted (one namespace: B hits A's
+entry) or salted (each tenant's ``extra_key``, vLLM's ``cache_salt``: every candidate looks the
+same). Each probe is read by two clocks: ``measured`` (the engine's TTFT, varies run to run) and
+``simulated`` (a seeded model, ``base + per_token x tokens computed + noise``, whose only input
+from the run is the deterministic ``cached_tokens``; nbval compares this one). SGLang has no such
+module: the attack is on any prefix cache shared across tenants.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Does the order of service matter? A one-request-at-a-time simulator (notebook 09_scheduling_and_serving).
 
-The SGLang paper (arXiv 2312.07104, §3, Theorem 3.1) argues: for a batch of requests, visiting the
-radix tree *of the requests* in depth-first order reaches the optimal cache hit rate, as long as
-the cache holds at least the longest request. Why: every position of that tree must be computed at
-least once by any order; in DFS order the next request's longest prefix shared with *any* earlier
-request is its prefix shared with the request just served, which is still in the cache (the
-cache holds a whole request, and LRU evicts the least recent), so each position is computed
-exactly once.
-
-This module checks that claim on the real objects. ``serve_order`` runs requests one at a time
-through a real ``RadixCache`` + ``TokenToKVPoolAllocator`` of ``capacity`` slots with LRU eviction
-(``eviction_sim.serve_trace``); ``paper_dfs_order`` is the paper's order; ``best_order_brute_force``
-tries every permutation with an *unbounded* cache (an upper bound for any order and any cache);
-``serve_with_policy`` lets a policy of ``radixlab.engine.policies`` pick the next request at every
-step against the live tree, as a scheduler does. Hit rate = cached prompt tokens / prompt tokens,
-where the last prompt token is always computed (its logits are the first output), as in the engine.
+It checks the SGLang paper's claim (arXiv 2312.07104, Theorem 3.1: serving a batch in depth-first
+order of its radix tree reaches the optimal hit rate when the cache holds the longest request) on
+the real objects: ``serve_order`` runs requests one at a time through a ``FastRadixCache`` with
+LRU eviction (``eviction_sim.serve_trace``); ``paper_dfs_order`` is the paper's order;
+``best_order_brute_force`` tries every permutation with an unbounded cache; ``serve_with_policy``
+lets a policy of ``radixlab.engine.policies`` pick each next request against the live tree. SGLang
+has no such simulator: its scheduler orders a whole waiting queue each step (notebook 09 explains
+why the two differ). The last prompt token is always computed, as in the engine.
 """
 
 from __future__ import annotations
@@ -24,11 +17,11 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .engine.policies import POLICIES, SimRequest, order_queue
+from ..engine.policies import POLICIES, SimRequest, order_queue
+from ..mem_cache import (FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend,
+                         release)
+from ..utils.checks import check_int
 from .eviction_sim import serve_trace
-from .memory import ReqToTokenPool, TokenToKVPoolAllocator
-from .radix_cache import RadixCache
-from .request import Request, admit, extend, release
 from .workloads import TraceRequest, ideal_hit_rate
 
 
@@ -48,12 +41,12 @@ class OrderResult:
 
 def _check_capacity(trace: Sequence[TraceRequest], capacity: int) -> None:
     longest = max((len(r) for r in trace), default=0)
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < max(longest, 1):
+    if check_int(capacity, "capacity") < max(longest, 1):
         raise ValueError(f"capacity must be an int >= the longest request ({longest} tokens), got {capacity!r}")
 
 
 def _new_cache(capacity: int, longest: int) -> RadixCache:
-    return RadixCache(1, token_to_kv_pool_allocator=TokenToKVPoolAllocator(capacity, 1),
+    return FastRadixCache(1, token_to_kv_pool_allocator=TokenToKVPoolAllocator(capacity, 1),
                       req_to_token_pool=ReqToTokenPool(1, max(longest, 1)))
 
 

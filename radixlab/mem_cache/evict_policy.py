@@ -3,6 +3,8 @@
 A policy is any callable from a ``TreeNode`` to a sort key; the smallest key is evicted first.
 Mirrors SGLang's ``mem_cache/evict_policy.py`` (LRU, LFU, FIFO, MRU, FILO, priority, SLRU); the
 differential test (tests/test_sglang_differential.py) checks each against SGLang's own classes.
+Differences from SGLang: a policy is a key function, not an ``EvictionStrategy`` class; times are
+ticks of the cache's logical clock, and ties go to the smaller node id (see below).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from .radix_cache import TreeNode
+    from .tree_node import TreeNode
 
 
 # Ties: our clock ticks once per match/insert, SGLang's ``time.monotonic()`` once per stamp. Within

@@ -21,6 +21,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
+from ..utils.checks import check_int
+
 
 @dataclass(frozen=True)
 class TraceRequest:
@@ -36,10 +38,7 @@ class TraceRequest:
 
 
 def _check(name: str, value: int, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    check_int(value, name, minimum)
 
 
 def _check_range(name: str, rng: tuple[int, int]) -> None:

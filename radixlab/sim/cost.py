@@ -14,7 +14,8 @@ from typing import Sequence
 
 import torch
 
-from .radix_cache import RadixCache, RadixKey
+from ..mem_cache import FastRadixCache, RadixKey
+from ..utils.checks import check_int
 
 
 def prefill_flops(n_new: int, n_cached: int = 0, d_model: int = 4096, n_layers: int = 32,
@@ -26,8 +27,7 @@ def prefill_flops(n_new: int, n_cached: int = 0, d_model: int = 4096, n_layers: 
     every new token attends to all cached tokens and to the new ones before it.
     """
     for name, v in (("n_new", n_new), ("n_cached", n_cached), ("d_model", d_model), ("n_layers", n_layers)):
-        if not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+        check_int(v, name, 0)
     d_ff = 4 * d_model if d_ff is None else d_ff
     dense = 2 * (4 * d_model * d_model + 2 * d_model * d_ff) * n_new
     # query i (0-based among new tokens) attends to n_cached + i + 1 keys: QK^T and AV, 2 FLOPs each
@@ -50,7 +50,7 @@ class ServeStats:
 
 def serve_with_cache(prompts: Sequence[Sequence[int]], page_size: int = 1) -> ServeStats:
     """Send ``prompts`` in order through a fresh RadixCache; count prompt tokens reused vs computed."""
-    cache = RadixCache(page_size=page_size)
+    cache = FastRadixCache(page_size=page_size)
     hits = []
     total = 0
     for p in prompts:

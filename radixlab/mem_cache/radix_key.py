@@ -23,6 +23,8 @@ from typing import Any, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
+from ..utils.checks import is_index_dtype  # noqa: F401  (re-exported)
+
 ITEM = 8  # bytes per packed token (int64)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -31,11 +33,6 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # its format on every call: for 1,200 ints, 8.3 us with the format string, 6.7 us compiled (timeit, 2 cores).
 _PACKERS: dict[int, struct.Struct] = {}
 _MAX_PACKERS = 4096
-
-
-def is_index_dtype(dtype: torch.dtype) -> bool:
-    """An integer dtype (what token ids and slot indices may be): not float, complex or bool."""
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
 def _bad_token(token_ids: Sequence, name: str) -> Exception:
@@ -206,9 +203,17 @@ class RadixKey:
     def __hash__(self) -> int:
         return hash((self.packed, self.extra_key, self.is_bigram))
 
-    def __getitem__(self, idx: slice) -> RadixKey:
-        if not isinstance(idx, slice):
-            raise TypeError("RadixKey supports slicing only, e.g. key[:4]")
+    def __getitem__(self, idx: int | slice) -> RadixKey:
+        """A slice is a key; an int ``i`` is the one-unit key ``self[i:i+1]`` (negative counts from
+        the end; IndexError out of range), in the same namespace, as SGLang's ``RadixKey``."""
+        if isinstance(idx, Integral) and not isinstance(idx, bool):
+            n = len(self)
+            i = int(idx) + n if idx < 0 else int(idx)
+            if not 0 <= i < n:
+                raise IndexError(f"RadixKey index out of range: {int(idx)} (len {n})")
+            idx = slice(i, i + 1)
+        elif not isinstance(idx, slice):
+            raise TypeError(f"RadixKey indices must be an int or a slice, got {type(idx).__name__}")
         start, stop, step = idx.indices(len(self))
         if step != 1:
             raise ValueError(f"RadixKey slice step must be 1, got {step}")

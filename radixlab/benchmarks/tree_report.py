@@ -1,0 +1,250 @@
+"""``bench tree``, reporting: ratios, targets, floor ladders and the printed record.
+
+Reads a record made by ``tree.run`` (or one built by hand, as the tests do); measures nothing.
+"""
+
+from __future__ import annotations
+
+from .tree_ops import (FLOOR_BARE_INSERT, FLOOR_BARE_MATCH, FLOOR_BARE_WALK, FLOOR_CAT, FLOOR_INSERT, FLOOR_MATCH,
+                       FLOOR_PACK, SKIPPED_COPY, pack_floor)
+
+
+def ratio_rows(rec: dict, base: str = "sglang") -> list[tuple[str, dict]]:
+    """(op, {side: median / base median}) for every op of the reference table."""
+    out = []
+    for op, by in rec["reference"]["ops"].items():
+        if base in by:
+            out.append((op, {s: by[s]["median_us"] / by[base]["median_us"] for s in by}))
+    return out
+
+
+def format_record(rec: dict) -> str:
+    sides = rec["env"]["sides"]
+    lines = [f"## Reference workload: {rec['env']['prompts']} prompts x {rec['env']['turns']} turns "
+             f"({rec['reference']['nodes']} nodes), median / p90 per op (build and evict in ms)",
+             "| op | " + " | ".join(sides) + " | " + " | ".join(f"{s}/{b}" for s, b in _pairs(sides)) + " |",
+             "|---" * (1 + len(sides) + len(_pairs(sides))) + "|"]
+    for op, by in rec["reference"]["ops"].items():
+        scale, unit = (1e-3, "ms") if op.startswith(("build", "evict")) else (1, "us")
+        cells = [f"{by[s]['median_us'] * scale:.1f} / {by[s]['p90_us'] * scale:.1f} {unit}" if s in by else "-" for s in sides]
+        ratios = [f"{by[a]['median_us'] / by[b]['median_us']:.2f}x" if a in by and b in by else "-" for a, b in _pairs(sides)]
+        lines.append(f"| {op} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    y = rec["yardstick"]
+    full = rec["reference"]["ops"].get("full-hit match (key)", {}).get("fast")
+    lines.append(f"\nyardstick: bytes == of {y['tokens']} tokens {y['bytes_eq_ns']:.0f} ns"
+                 + (f"; fast full-hit match = {full['median_us'] * 1e3 / y['bytes_eq_ns']:.0f}x that" if full else ""))
+    if full:
+        lines.append(f"tokens compared per second (fast full hit): {y['tokens'] / full['median_us'] * 1e6 / 1e6:.0f} M")
+    if "torch_cat_path_ns" in y:
+        lines.append(f"floors: torch.cat of a full hit's two index tensors {y['torch_cat_path_ns'] / 1e3:.1f} us "
+                     f"(= {y['torch_cat_path_ns'] / y['bytes_eq_ns']:.0f}x bytes ==); packing the {y['tokens']}-token list "
+                     f"{y['pack_list_ns'] / 1e3:.1f} us")
+    lines += _floor_lines(rec)
+    if "sglang" in sides and "fast" in sides:
+        rows = targets(rec)
+        lines += ["", "## Targets (fast / SGLang, this run)"] + format_targets(rows) + target_verdicts(rows)
+    lines.append(f"results agree across sides: {rec['reference']['agree']}")
+    lines.append("\n## Compare n equal tokens / find a mismatch in the middle (ns)")
+    cols = list(rec["compare_ns"][0])[1:]
+    lines.append("| tokens | " + " | ".join(cols) + " |")
+    for r in rec["compare_ns"]:
+        lines.append(f"| {r['tokens']} | " + " | ".join(f"{r[c]:.0f}" for c in cols) + " |")
+    lines.append("\n## Converting a list of n Python ints (ns)")
+    cols = list(rec["conversion_ns"][0])[1:]
+    lines.append("| tokens | " + " | ".join(cols) + " |")
+    for r in rec["conversion_ns"]:
+        lines.append(f"| {r['tokens']} | " + " | ".join(f"{r[c]:.0f}" for c in cols) + " |")
+    lines.append("\n## Memory: bytes per cached token")
+    for m in rec["memory"]:
+        share = ", ".join(f"{k.split(' ')[0]} {v:.3%}" for k, v in m["tree_share_of_kv"].items())
+        lines.append(f"  {m['matcher']:8s} tree ({m['nodes']} nodes, {m['tokens']} tokens): {m['tree_bytes_per_token']:.1f} B/token "
+                     f"(Python objects {m['python_bytes_per_token']:.1f}, index tensors {m['tensor_bytes_per_token']:.1f}); "
+                     f"of the KV bytes: {share}")
+    if rec["growth"]:
+        lines.append("\n## Growing trees (key built): median us per op")
+        ops = list(rec["growth"][0]["median_us"])
+        lines.append("| nodes | " + " | ".join(f"{op}: " + " / ".join(sides) for op in ops) + " |")
+        for g in rec["growth"]:
+            lines.append(f"| {g['nodes']} | " + " | ".join(
+                " / ".join(f"{g['median_us'][op][s]:.1f}" if s in g["median_us"][op] else "-" for s in sides) for op in ops) + " |")
+    lines.append(f"\nload average {rec['env']['loadavg_start']} -> {rec['env']['loadavg_end']}, wall {rec['env']['wall_s']:.0f} s")
+    return "\n".join(lines)
+
+
+# (label, op, floor lane, what the lane does): each floor lane read against base's whole call for op
+FLOOR_OPS = [
+    ("full-hit match (key)", "full-hit match (key)", FLOOR_CAT, "torch.cat of the result (the copy alone)"),
+    ("full-hit match (key), C-level", "full-hit match (key)", FLOOR_MATCH, "compare each edge + torch.cat of the result"),
+    ("full-hit match (key), bare Python", "full-hit match (key)", FLOOR_BARE_MATCH,
+     "a bare Python walk: nodes, compares, torch.cat"),
+    ("full-hit match (key), no copy", "full-hit match (key)", FLOOR_BARE_WALK,
+     "the bare walk handing back a tensor it holds (no torch.cat)"),
+    ("insert (key), C-level", "insert (key)", FLOOR_INSERT, "compare the cached edge, slice the new key, copy the indices"),
+    ("insert (key), bare Python", "insert (key)", FLOOR_BARE_INSERT, "a bare Python insert: walk, compare, make the leaf"),
+] + [(f"{op} (list)", f"{op} (list)", pack_floor(op), "packing the list")
+     for op in ("full-hit match", "system-prompt hit", "miss", "insert")]
+
+
+FLOOR_TEXT = {label: text for label, _, _, text in FLOOR_OPS}
+
+
+def floor_ratios(rec: dict, base: str = "sglang") -> dict[str, tuple[float, float]]:
+    """{label: (us, us / base's median for that op)} for the work every tree of its kind must do.
+
+    With the key built: for the full hit, ``torch.cat`` of the hit's indices, then that plus the
+    compares (C-level work), then a bare Python walk doing both; for the insert, its C-level work
+    and a bare Python insert (see ``FLOOR_OPS``). Packing the token list for every op fed a list
+    (radixlab converts it; SGLang's ``Req`` already holds ``array('q')``). Timed as separate calls in the same run: the
+    parts of one call do not add up exactly (each part's cost depends on what ran just before it:
+    caches, the allocator), so read these as estimates of a floor, next to the hot ``timeit``
+    figures of ``yardstick``.
+    """
+    fl, ops = rec["reference"].get("floors", {}), rec["reference"]["ops"]
+    return {label: (fl[f]["median_us"], fl[f]["median_us"] / ops[op][base]["median_us"])
+            for label, op, f, _ in FLOOR_OPS if f in fl and base in ops.get(op, {})}
+
+
+# The targets radixlab set for its fast tree (ratio to SGLang's Python tree, same run, lower is better),
+# and for each the same-run floor that bounds it: work no tree of its kind can skip.
+TARGETS = [("full-hit match (key)", 0.3, "full-hit match (key), bare Python"),
+           ("system-prompt hit (key)", 0.3, None),
+           ("insert (key)", 0.3, "insert (key), bare Python"),
+           ("miss (key)", 1.0, None),
+           ("build (key)", 0.5, None),
+           ("full-hit match (list)", 1.0, "full-hit match (list)"),
+           ("system-prompt hit (list)", 1.0, "system-prompt hit (list)"),
+           ("insert (list)", 1.0, "insert (list)")]
+
+
+def targets(rec: dict, side: str = "fast", base: str = "sglang") -> list[dict]:
+    """One row per target: {op, target, ratio (side / base, same run), met, floor, floor_ratio}.
+
+    ``floor_ratio`` is the same-run work alone (``floor_ratios``) as a ratio to ``base``'s whole
+    call, where one bounds the op; ``floor_with_walk`` adds, for an op fed a list, ``side``'s own
+    call on a built key (packing, then the walk that reads the bytes: the least radixlab can do).
+    """
+    ops, floors, rows = rec["reference"]["ops"], floor_ratios(rec, base), []
+    for op, target, floor in TARGETS:
+        by = ops.get(op, {})
+        if side not in by or base not in by:
+            continue
+        ratio = by[side]["median_us"] / by[base]["median_us"]
+        row = {"op": op, "target": target, "ratio": ratio, "met": ratio <= target,
+               "floor": floor if floor in floors else None, "floor_ratio": floors[floor][1] if floor in floors else None}
+        built = ops.get(op.replace("(list)", "(key)"), {})
+        if op.endswith("(list)") and row["floor"] and side in built and base in by:
+            row["floor_with_walk"] = row["floor_ratio"] + built[side]["median_us"] / by[base]["median_us"]
+        rows.append(row)
+    return rows
+
+
+def format_targets(rows: list[dict]) -> list[str]:
+    """The targets as text lines (``bench tree`` prints them; so does notebook 11)."""
+    lines = [f"{'op':26s} {'target':>7s} {'measured':>9s}   floor in the same run (work no such tree can skip)"]
+    for r in rows:
+        floor = ""
+        if r["floor"]:
+            floor = f"{r['floor_ratio']:.2f}x: {FLOOR_TEXT[r['floor']]}"
+            if "floor_with_walk" in r:
+                floor += f"; + the walk on a built key = {r['floor_with_walk']:.2f}x"
+            if r.get("floor_with_walk", r["floor_ratio"]) > r["ratio"]:
+                floor += " (above the whole call: parts timed apart do not add up)"
+        lines.append(f"{r['op']:26s} {'<=' + format(r['target'], '.1f') + 'x':>7s} {r['ratio']:8.2f}x "
+                     f"{'  met' if r['met'] else ' MISS'} {floor}")
+    return lines
+
+
+def target_verdicts(rows: list[dict]) -> list[str]:
+    """For each missed target with a floor: is the floor itself above the target (a wall for this
+    design), or how much room does it leave, against what radixlab spends beyond it?"""
+    out = []
+    for r in rows:
+        if r["met"] or r["floor_ratio"] is None:
+            continue
+        floor = r.get("floor_with_walk", r["floor_ratio"])
+        if floor >= r["target"]:
+            out.append(f"-> {r['op']}: the floor ({floor:.2f}x) is above the target itself: out of reach for a tree "
+                       "of this design")
+        else:
+            out.append(f"-> {r['op']}: floor {floor:.2f}x, target {r['target']:.2f}x: room above the floor "
+                       f"{r['target'] - floor:.2f}x; radixlab spends {r['ratio'] - floor:.2f}x above it")
+    return out
+
+
+# (op, its floor lanes from the least work up, another design's floor): notebook 11's ladders
+LADDERS = [("full-hit match (key)", ("full-hit match (key)", "full-hit match (key), C-level",
+                                     "full-hit match (key), bare Python"), "full-hit match (key), no copy"),
+           ("insert (key)", ("insert (key), C-level", "insert (key), bare Python"), None)]
+
+
+def format_ladders(rec: dict, side: str = "fast", base: str = "sglang") -> list[str]:
+    """Per op of ``LADDERS``: each floor lane, then ``side``'s whole call and what of it lies beyond
+    the bare walk (the last rung), then the other design's floor; all as µs and x ``base``."""
+    fr, ops, lines = floor_ratios(rec, base), rec["reference"]["ops"], []
+    for op, labels, other in LADDERS:
+        by = ops.get(op, {})
+        if side not in by or base not in by or any(label not in fr for label in labels):
+            continue
+        sg, ours = by[base]["median_us"], by[side]["median_us"]
+        lines.append(f"{op}: SGLang {sg:.1f} µs")
+        for label in labels:
+            kind = label.split(", ")[1] if ", " in label else "copy only"
+            lines.append(f"   {kind + ':':12s} {FLOOR_TEXT[label]:62s} {fr[label][0]:5.1f} µs = {fr[label][1]:.2f}x SGLang")
+        bare = fr[labels[-1]][0]
+        lines.append(f"   {'radixlab:':12s} {'the whole call':62s} {ours:5.1f} µs = {ours / sg:.2f}x SGLang"
+                     f"  ({ours - bare:.1f} µs = {(ours - bare) / ours:.0%} of it beyond the bare walk)")
+        if other in fr:
+            lines.append(f"   {'no copy:':12s} {FLOOR_TEXT[other]:62s} {fr[other][0]:5.1f} µs = {fr[other][1]:.2f}x SGLang"
+                         "  (the path memo's floor)")
+        lines.append("")
+    return lines
+
+
+def bytes_eq_target(full_us: float, copy_us: float, walk_us: float | None, bytes_eq_ns: float,
+                    limit: float = 20.0) -> dict:
+    """The target "a full hit within ``limit`` x one ``bytes ==`` of the request": the full hit, the
+    copy of its result and (if timed) a walk that copies nothing, each as a multiple of the compare;
+    ``met``, and whether the copy alone, or even the walk, is over the limit (a wall for the design)."""
+    if bytes_eq_ns <= 0:
+        raise ValueError(f"bytes_eq_ns must be positive, got {bytes_eq_ns}")
+    full_x, copy_x = full_us * 1e3 / bytes_eq_ns, copy_us * 1e3 / bytes_eq_ns
+    walk_x = None if walk_us is None else walk_us * 1e3 / bytes_eq_ns
+    return {"limit": limit, "full_x": full_x, "copy_x": copy_x, "walk_x": walk_x, "met": full_x <= limit,
+            "copy_over": copy_x > limit, "walk_over": walk_x is not None and walk_x > limit}
+
+
+def skipped_copy(rec: dict, base: str = "sglang") -> tuple[float, float, float] | None:
+    """(µs, radixlab's ratio as measured, its ratio had it copied too) for the system-prompt hit:
+    SGLang's Python tree copies a one-edge hit's indices, radixlab hands back the node's own tensor."""
+    fl, ops = rec["reference"].get("floors", {}), rec["reference"]["ops"].get("system-prompt hit (key)", {})
+    if SKIPPED_COPY not in fl or base not in ops or "fast" not in ops:
+        return None
+    us, fast, sg = fl[SKIPPED_COPY]["median_us"], ops["fast"]["median_us"], ops[base]["median_us"]
+    return us, fast / sg, (fast + us) / sg
+
+
+def _floor_lines(rec: dict) -> list[str]:
+    fl = rec["reference"].get("floors", {})
+    lines = [f"same run: {name} {st['median_us']:.1f} / {st['p90_us']:.1f} us" for name, st in fl.items()]
+    y, ops = rec.get("yardstick", {}), rec["reference"]["ops"]
+    hot = {FLOOR_CAT: y.get("torch_cat_path_ns"), FLOOR_PACK: y.get("pack_list_ns")}
+    ratios = floor_ratios(rec)
+    for label, op, floor, _ in FLOOR_OPS:
+        if label not in ratios:
+            continue
+        ns = hot.get(FLOOR_PACK if floor.startswith(FLOOR_PACK) else floor)
+        low = f"{ns / 1e3 / ops[op]['sglang']['median_us']:.2f}x (hot, timeit) to " if ns else ""
+        lines.append(f"  {label}: that work alone is {low}{ratios[label][1]:.2f}x (in the run) SGLang's whole call")
+    sk = skipped_copy(rec)
+    if sk:
+        lines.append(f"  system-prompt hit (key): SGLang's Python tree copies the edge's indices ({sk[0]:.1f} us), radixlab "
+                     f"returns the node's own tensor (as SGLang's C++ tree does): {sk[1]:.2f}x as measured, "
+                     f"{sk[2]:.2f}x had it copied too")
+    return lines
+
+
+def _pairs(sides: list[str]) -> list[tuple[str, str]]:
+    pairs = [("fast", "readable")] if "readable" in sides else []
+    if "sglang" in sides:
+        pairs += [("fast", "sglang"), ("readable", "sglang")]
+    return pairs
