@@ -75,6 +75,7 @@ def _imports(module: str, tree: ast.AST) -> set[str]:
             target = _absolute(module, node)
             found.add(target)
             found |= {f"{target}.{a.name}" for a in node.names if _file_of(f"{target}.{a.name}")}
+            found |= {_origin(target, a.name) for a in node.names if a.name != "*"}
     return {m for m in found if m.split(".")[0] == PACKAGE and _file_of(m)}
 
 
@@ -136,6 +137,31 @@ def _remove(body: list[ast.stmt], path: tuple[str, ...]) -> bool:
     return found
 
 
+@lru_cache(maxsize=256)
+def _reexport(package: str, name: str) -> tuple[str, str] | None:
+    """(module, name) that ``package``'s ``__init__`` imports ``name`` from, None if it defines it."""
+    tree = ast.parse(_file_of(package).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if (a.asname or a.name) == name and a.name != "*":
+                    return _absolute(package, node), a.name
+    return None
+
+
+def _origin(module: str, name: str) -> str:
+    """The module that defines ``name`` imported from ``module``, following package re-exports
+    (``from ..mem_cache import RadixCache`` needs ``radixlab.mem_cache.radix_cache``)."""
+    seen = set()
+    while _is_package(module) and not _file_of(f"{module}.{name}") and (module, name) not in seen:
+        seen.add((module, name))
+        source = _reexport(module, name)
+        if source is None:
+            break
+        module, name = source
+    return module
+
+
 class _DropImports(ast.NodeTransformer):
     """Remove imports of absent modules and of names stripped from present ones."""
 
@@ -150,7 +176,12 @@ class _DropImports(ast.NodeTransformer):
         sub = f"{module}.{name}"
         if _file_of(sub):
             return sub not in self.present
-        return module not in self.present or (name,) in self.stripped.get(module, set())
+        if module not in self.present or (name,) in self.stripped.get(module, set()):
+            return True
+        if _is_package(module):  # a name a package's __init__ re-exports is gone when its source is
+            source = _reexport(module, name)
+            return source is not None and self._gone(*source)
+        return False
 
     def visit_Import(self, node: ast.Import) -> ast.AST | None:
         node.names = [a for a in node.names if not self._gone(a.name)]
