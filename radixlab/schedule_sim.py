@@ -12,7 +12,7 @@ This module checks that claim on the real objects. ``serve_order`` runs requests
 through a real ``RadixCache`` + ``TokenToKVPoolAllocator`` of ``capacity`` slots with LRU eviction
 (``eviction_sim.serve_trace``); ``paper_dfs_order`` is the paper's order; ``best_order_brute_force``
 tries every permutation with an *unbounded* cache (an upper bound for any order and any cache);
-``serve_with_policy`` lets a policy of ``radixlab.engine.policies`` pick the next request at every
+``serve_with_policy`` lets a policy of ``radixlab.engine.schedule_policy`` pick the next request at every
 step against the live tree, as a scheduler does. Hit rate = cached prompt tokens / prompt tokens,
 where the last prompt token is always computed (its logits are the first output), as in the engine.
 """
@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .engine.policies import POLICIES, SimRequest, order_queue
+from .engine.schedule_policy import POLICIES, SimRequest, order_queue
 from .eviction_sim import serve_trace
 from .memory import ReqToTokenPool, TokenToKVPoolAllocator
 from .radix_cache import RadixCache

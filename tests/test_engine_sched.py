@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from radixlab.engine import Engine
 from radixlab.engine.schedule_batch import Req
-from radixlab.engine.policies import LPM_FALLBACK_QUEUE_LEN
+from radixlab.engine.schedule_policy import LPM_FALLBACK_QUEUE_LEN
 from radixlab.hash_cache import HashBlockCache, HashedKey
 from radixlab.memory import ReqToTokenPool, TokenToKVPoolAllocator
 from radixlab.model import load_model

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from radixlab.engine import Engine
-from radixlab.engine.device_backend import checksum, make_backend, pack, unpack
+from radixlab.engine.backends import make_backend
+from radixlab.engine.device_backend import checksum, pack, unpack
 from radixlab.engine.synthetic import ToyDecodeModel, run_toy, toy_backend
 from radixlab.engine.timeline import Timeline, ideal_overlap_ratio
 from radixlab.model import load_model
@@ -308,7 +309,7 @@ def test_bench_overlap_quick_runs_and_reports(tmp_path, capsys):
 def test_engine_without_barrier_on_the_adversarial_device_fails_loudly(tiny):
     """The engine's inputs are indices: read from the next batch they make no valid batch, and the
     device says why. With the barrier, the same adversarial device gives the normal loop's tokens."""
-    from radixlab.engine.overlap_scheduler import attach_backend
+    from radixlab.engine.device_program import attach_backend
 
     prompts = ["The radix tree shares", "Overlap hides", "A barrier orders"]
     with Engine(tiny) as ref_engine:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from ..engine.overlap import LOOPS
-from ..engine.synthetic import ToyBatch, ToyScheduler, python_work, toy_backend
+from ..engine.synthetic import LOOPS, ToyBatch, ToyScheduler, python_work, toy_backend
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "08.1"
@@ -117,9 +116,8 @@ def _run(run_batch: Callable, args: dict, loop: str) -> dict:
             sched: ToyScheduler = WaveScheduler(be, second_wave_at=args["second_wave_at"], **kwargs)
         else:
             sched = ToyScheduler(be, **kwargs)
-        tl = be.new_timeline(loop)
-        LOOPS[loop](sched, tl)
-        steps = tl.steps()
+        LOOPS[loop](sched)
+        steps = sched.timeline.steps()
         return {"outputs": sched.outputs(), "corrupted": [r.step for r in steps if r.corrupted],
                 "consumed": [r.consumed_step for r in steps], "overlapped": [bool(r.overlapped) for r in steps],
                 "waited": sorted(set(waits)), "steps": len(steps)}
