@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..model.forward_batch import ForwardBatch, ForwardMode
+from .backends import make_backend
 from .model_runner import ModelRunner
 
 if TYPE_CHECKING:
@@ -111,8 +112,6 @@ def attach_backend(engine: Any, kind: str | None = None, *, war_barrier: bool = 
     """Run ``engine``'s scheduler on a device backend (``"cuda"``, ``"cpu-process"``, ``"cpu-thread"``,
     ``"in-process"``; default: cuda for a CUDA engine, else the worker process). The KV pool and the
     req-to-token table move to shared memory first, so the worker process writes what the engine reads."""
-    from .backends import make_backend
-
     kind = kind or ("cuda" if engine.device.type == "cuda" else "cpu-process")
     sched = engine.scheduler
     if kind == "in-process":

@@ -22,6 +22,7 @@ from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..hash_cache import HashBlockCache
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
+from .device_program import attach_backend
 from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
@@ -92,7 +93,6 @@ class Engine:
         # 4. Notebook 08: the overlap loop, or any loop on another device backend (device_program.py).
         self.device_backend = None
         if not args.disable_overlap_schedule or args.device_backend is not None:
-            from .device_program import attach_backend
             self.device_backend = attach_backend(self, args.device_backend)
         self._num_reqs = 0
         self._closed = False

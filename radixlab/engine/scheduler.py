@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..request import admit, release
+from .backends import InProcessBackend
 from .event_loop import EventLoopMixin
 from .schedule_batch import Req, ScheduleBatch, alloc_slots
 from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
@@ -51,8 +52,6 @@ class Scheduler(EventLoopMixin):
                  max_running_requests: int, chunked_prefill_size: int | None, max_prefill_tokens: int,
                  eos_token_ids: frozenset = frozenset(), keep_logits: bool = False,
                  backend: DeviceBackend | None = None, war_barrier: bool = True) -> None:
-        from .backends import InProcessBackend
-
         self.model_runner = model_runner
         self.tree_cache = tree_cache
         self.req_to_token_pool = tree_cache.req_to_token_pool
