@@ -62,6 +62,7 @@ class EngineProgram:
             "top_p": _f64_bits([r.top_p for r in reqs]),
             "seed": torch.tensor([r.sampling_seed for r in reqs]),
             "new_req": torch.tensor([int(not r.launched) for r in reqs]),
+            "mid_chunk": torch.tensor([int(m) for m in batch.mid_chunk]),  # its token is never used
         }
         if is_extend:
             fields["input_ids"] = torch.tensor([t for ids in batch.new_token_ids for t in ids])

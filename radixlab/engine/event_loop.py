@@ -22,6 +22,9 @@ from .timeline import Timeline
 class SchedulerStalled(RuntimeError):
     """Requests wait but nothing can run and nothing is in flight: a scheduler bug."""
 
+    def __init__(self) -> None:
+        super().__init__("scheduler stalled: requests wait but nothing can run (a bug)")
+
 
 class EventLoopMixin:
     """The two loops; a scheduler supplies the three steps, ``has_work`` and a ``backend``."""
@@ -37,7 +40,7 @@ class EventLoopMixin:
             t0 = self.timeline.now()
             batch = self.get_next_batch_to_run()  # 1. schedule
             if batch is None:
-                raise SchedulerStalled("scheduler stalled: requests wait but nothing can run (a bug)")
+                raise SchedulerStalled()
             launch = self.run_batch(batch)  # 2. launch (the in-process backend runs the forward here)
             launch.record.sched = (t0, self.timeline.now())
             self._process(batch, launch)  # 3. wait for its tokens, then process them
@@ -56,7 +59,7 @@ class EventLoopMixin:
                 launch.record.sched = (t0, self.timeline.now())
                 result_queue.append((batch, launch))
             elif not result_queue:
-                raise SchedulerStalled("scheduler stalled: requests wait but nothing can run (a bug)")
+                raise SchedulerStalled()
             while len(result_queue) > (batch is not None):  # 4. process N−1 while N runs
                 self._process(*result_queue.popleft())
         self._end()
