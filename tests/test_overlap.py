@@ -223,14 +223,14 @@ def test_engine_loops_give_identical_greedy_outputs(tiny, kwargs):
     assert [len(o) for o in outs["overlap"]] == [p["max_new_tokens"] for p in params]
 
 
-def test_engine_eos_under_overlap_wastes_one_step_and_frees_it(tiny):
+def test_engine_eos_under_overlap_runs_one_more_step_and_leaks_nothing(tiny):
     base = Engine(tiny).generate("stop here", {"max_new_tokens": 8})["output_ids"]
     tiny.config.eos_token_id = base[2]
     try:
         e = Engine(tiny, page_size=1, disable_overlap_schedule=False)
         out = e.generate(["stop here", "and keep going"], {"max_new_tokens": 8})
         assert out[0]["output_ids"] == base[:3] and out[0]["meta_info"]["finish_reason"] == "stop"
-        # the step launched after the EOS was sampled ran and was thrown away; nothing leaked
+        # the step launched after the EOS was sampled ran: its token is dropped, its KV committed; nothing leaked
         tree_slots = sum(len(n.value) for n in e.tree_cache.nodes())
         assert e.token_to_kv_pool_allocator.available_size() + tree_slots == e.max_total_tokens
         e.shutdown()
