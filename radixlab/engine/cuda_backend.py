@@ -81,14 +81,12 @@ class CUDABackend(DeviceBackend):
             inputs = {name: image[off:off + k] for name, off, k in launch.layout if name != "step"}
             if resolve_future:  # 2. future token ids, resolved on the device
                 inputs["input_ids"] = self.future[inputs["req_pool_indices"]]
-            if hasattr(self.program, "snapshot"):  # e.g. the engine's req-to-token rows
-                self.program.snapshot(inputs)
+            self.program.snapshot(inputs)  # e.g. the engine's req-to-token rows
             ev["read1"].record()
             tokens = self.program.forward(inputs).to(torch.int64)  # 3. forward, then stash
             self.future[inputs["req_pool_indices"]] = tokens
             out = torch.cat([tokens, _device_checksum(image), image[:1]])
-            if hasattr(self.program, "take_extra"):
-                launch.extra["device_extra"] = self.program.take_extra()
+            launch.extra["device_extra"] = self.program.take_extra()
             ev["dev1"].record()
         self.copy_stream.wait_event(ev["dev1"])
         slot = self.results[launch.step % RING]

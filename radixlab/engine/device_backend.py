@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -28,17 +28,31 @@ FUTURE = -1
 HEADER = "step"  # every launch writes its own step number first: a corrupted read says whose inputs it saw
 
 
-class DeviceProgram(Protocol):
+class DeviceProgram:
     """What runs on the device: built once there (``setup``), then one ``forward`` per launch.
 
     ``forward`` gets the batch's input fields as device tensors (``input_ids`` already resolved
     from the future map for decode batches) and returns the sampled next token id per request.
+    ``snapshot`` (part of the read: copy what the host may rewrite once the barrier passed) and
+    ``take_extra`` (what the host gets besides the tokens) do nothing unless a program needs them.
     A program must be picklable (the CPU worker may be started with ``spawn``).
     """
 
-    def setup(self, device: torch.device) -> None: ...
+    def setup(self, device: torch.device) -> None:
+        raise NotImplementedError
 
-    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def snapshot(self, inputs: dict[str, torch.Tensor]) -> None:
+        return None
+
+    def take_extra(self) -> Any:
+        return None
+
+    def stage(self, batch: Any) -> dict[str, torch.Tensor]:
+        """The host side of ``DeviceBackend.launch_batch``: a ``ScheduleBatch`` as staged fields."""
+        raise NotImplementedError(f"{type(self).__name__} takes staged fields, not a ScheduleBatch")
 
 
 def checksum(values: torch.Tensor) -> int:

@@ -12,16 +12,14 @@ stream; its sampling state lives in the batch (``SamplingBatchInfo``), ours by r
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..model.forward_batch import ForwardBatch, ForwardMode
 from .backends import make_backend
+from .device_backend import DeviceBackend, DeviceProgram
 from .model_runner import ModelRunner
-
-if TYPE_CHECKING:
-    from .device_backend import DeviceBackend
 
 EXTEND, DECODE = 1, 2
 
@@ -30,7 +28,7 @@ def _f64_bits(values: list[float]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64).view(torch.int64)
 
 
-class EngineProgram:
+class EngineProgram(DeviceProgram):
     """The device side of the engine: the model, the KV pool, the req-to-token table, sampling."""
 
     def __init__(self, model: Any, req_to_token_pool: Any, token_to_kv_pool: Any, lora_names: list[str],

@@ -17,14 +17,14 @@ from typing import Any
 import torch
 
 from .backends import make_backend
-from .device_backend import DeviceBackend, Launch
+from .device_backend import DeviceBackend, DeviceProgram, Launch
 from .event_loop import EventLoopMixin
 from .timeline import Timeline
 
 LOOPS = {"normal": EventLoopMixin.event_loop_normal, "overlap": EventLoopMixin.event_loop_overlap}
 
 
-class ToyDecodeModel:
+class ToyDecodeModel(DeviceProgram):
     """A seeded random network that maps (token id, position) to the next token id (greedy)."""
 
     def __init__(self, layers: int = 8, hidden: int = 256, vocab: int = 512, max_pos: int = 4096,
