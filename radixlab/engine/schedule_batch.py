@@ -1,11 +1,13 @@
-"""The engine's request (``Req``) and batch (``ScheduleBatch``) — notebook 07_kv_memory_pool.
+"""The engine's request (``Req``) and batch (``ScheduleBatch``) — notebooks 07 and 08.
 
 Mirrors ``sglang/srt/managers/schedule_batch.py``. ``Req`` is ``radixlab.request.Request`` (the KV
-ownership fields of notebook 05) plus what serving needs: sampling parameters, the adapter, the
-output so far and timestamps. ``ScheduleBatch`` is the set of requests one model step runs:
-``prepare_for_extend`` / ``prepare_for_decode`` allocate KV slots (evicting from the tree when the
-pool is short — SGLang's ``alloc_for_extend`` / ``alloc_for_decode``) and collect the per-request
-lists ``ModelRunner`` turns into a ``ForwardBatch``.
+ownership fields of notebook 05) plus sampling parameters, the adapter, the output and timestamps.
+``ScheduleBatch`` is what one model step runs: ``prepare_for_extend`` / ``prepare_for_decode`` allocate
+KV slots (evicting from the tree when the pool is short: SGLang's ``alloc_for_extend`` /
+``alloc_for_decode``) and collect the lists ``ModelRunner`` turns into a ``ForwardBatch``. Differences
+from SGLang: a request's committed KV length is ``seq_len`` (``len(fill_ids)``, SGLang's
+``kv_committed_len``), raised when a step's result is processed; ``kv_allocated_len`` sits on the
+``Req`` itself (SGLang: ``req.kv``); a decode batch is a new batch of the running requests.
 """
 
 from __future__ import annotations
