@@ -16,7 +16,7 @@ from radixlab.engine.event_loop import EventLoopMixin
 from radixlab.engine.studies import dense_greedy
 from radixlab.engine.synthetic import ToyScheduler, run_toy, toy_backend
 from radixlab.model import load_model
-from radixlab.radix_cache import RadixKey
+from radixlab import RadixKey
 
 from engine_helpers import assert_no_leak
 
