@@ -120,3 +120,16 @@ def test_engine_package_has_no_import_cycle_and_no_module_over_400_lines():
         text = p.read_text()
         for code in ("engine8", "step13", "adv05"):
             assert code not in text, (p.name, code)
+
+
+def test_both_loops_raise_the_one_stall_error():
+    from radixlab.engine.event_loop import SchedulerStalled
+
+    class Stuck(ToyScheduler):
+        def get_next_batch_to_run(self):
+            return None  # work is left, but nothing is ever scheduled
+
+    with toy_backend("in-process", layers=1, hidden=16) as be:
+        for loop in ("event_loop_normal", "event_loop_overlap"):
+            with pytest.raises(SchedulerStalled, match="scheduler stalled"):
+                getattr(Stuck(be, num_reqs=1, max_new_tokens=2), loop)()
