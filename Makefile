@@ -30,6 +30,12 @@ sglang-wheel: $(STAMP)
 	@$(PY) -m radixlab fetch-sglang --quiet || echo "NOTE: could not fetch sglang==0.5.17: the differential test will be skipped."
 
 $(STAMP): pyproject.toml
+	@# Python 3.11+ first: an older one would fail only after the long torch download.
+	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -c "import sys; sys.exit(sys.version_info < (3, 11))" 2>/dev/null || { \
+		echo "radixlab needs Python 3.11 or newer; '$(if $(wildcard $(PY)),$(PY),$(PYTHON))' is" \
+		     "$$($(if $(wildcard $(PY)),$(PY),$(PYTHON)) -c 'import platform; print(platform.python_version())' 2>/dev/null || echo missing)."; \
+		echo "Install one (e.g. 'sudo apt-get install python3.11 python3.11-venv', 'brew install python@3.12')" \
+		     "and run: make PYTHON=python3.11 ..."; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@# Pin the torch install path first: a loose 'torch' requirement could pull a multi-GB CUDA build.

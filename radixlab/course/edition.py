@@ -52,7 +52,9 @@ def student_notebook(nb: nbformat.NotebookNode, where: str = "notebook") -> nbfo
     cells = []
     for i, cell in enumerate(nb.cells):
         if is_solution_cell(cell):
-            cells.append(nbformat.v4.new_markdown_cell(ANSWER_PLACEHOLDER))
+            # the answer box keeps nbgrader's metadata (a manually graded answer), not the tag or text
+            keep = {k: cell.metadata[k] for k in ("nbgrader",) if k in cell.metadata}
+            cells.append(nbformat.v4.new_markdown_cell(ANSWER_PLACEHOLDER, metadata=keep))
             continue
         if cell.cell_type == "code":
             cell.source = blank_solutions(cell.source, f"{where} cell {i}")

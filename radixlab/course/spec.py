@@ -255,7 +255,7 @@ RESULTS: list[CheckResult] = []
 
 
 def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool = True,
-                   time_limit: float | None = None) -> CheckResult:
+                   time_limit: float | None = None) -> CheckResult | float:
     """The check cell: run ``spec``'s cases on ``fn`` here, compare with the reference, print a verdict."""
     if not callable(fn):
         raise TypeError(f"{spec.function} must be a function, got {type(fn).__name__}")
@@ -276,7 +276,15 @@ def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool =
     result = outcomes_for(spec, cases, results, wants)
     if record:
         RESULTS.append(result)
+    if os.environ.get("NBGRADER_EXECUTION"):  # nbgrader's autograde or validate is running this cell
+        return nbgrader_score(result)
     return result
+
+
+def nbgrader_score(result: CheckResult) -> float:
+    """Under nbgrader: print the verdict, return the score (nbgrader's partial credit for a test cell)."""
+    print(result)
+    return result.score
 
 
 def _imported_reference(spec: ExerciseSpec, fn: Any) -> str:

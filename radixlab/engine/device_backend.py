@@ -28,6 +28,15 @@ FUTURE = -1
 HEADER = "step"  # every launch writes its own step number first: a corrupted read says whose inputs it saw
 
 
+class WorkerDiedError(RuntimeError):
+    """The device's worker process died (killed, crashed) or stopped answering: what was in flight is
+    lost. The backend forgets it; its next launch starts a fresh worker (the shared pools stay)."""
+
+
+class WorkerTimeoutError(WorkerDiedError):
+    """The worker sent nothing for ``watchdog_timeout`` seconds while the host waited: it was stopped."""
+
+
 class DeviceProgram:
     """What runs on the device: built once there (``setup``), then one ``forward`` per launch.
 
@@ -176,6 +185,10 @@ class DeviceBackend(abc.ABC):
         """Wait for every launched batch."""
         for launch in list(self._in_flight.values()):
             launch.result()
+
+    def restart(self) -> None:
+        """Rebuild the device side from the program as it is now (nothing may be in flight). A device
+        in this process already sees the program's model as it is: nothing to do."""
 
     def shutdown(self) -> None:
         if not self._closed:

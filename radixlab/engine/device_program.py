@@ -96,6 +96,7 @@ class EngineProgram(DeviceProgram):
         last = logits[fb.last_token_indices().to(logits.device)].float().cpu()
         self.extra = last if self.keep_logits else None
         temps, top_ks, top_ps, seeds, new = (inputs[k] for k in ("temperature", "top_k", "top_p", "seed", "new_req"))
+        mid_chunk = inputs["mid_chunk"].bool().tolist()  # not sampled: the generator stays where it is
         temps, top_ps = temps.view(torch.float64).tolist(), top_ps.view(torch.float64).tolist()
         reqs = []
         for i, pool_idx in enumerate(inputs["req_pool_indices"].tolist()):
@@ -103,7 +104,7 @@ class EngineProgram(DeviceProgram):
                 self.sampling[pool_idx] = SimpleNamespace(temperature=temps[i], top_k=int(top_ks[i]), top_p=top_ps[i],
                                                           sampling_seed=int(seeds[i]), generator=None)
             reqs.append(self.sampling[pool_idx])
-        return torch.tensor(ModelRunner.sample(last, reqs), dtype=torch.int64, device=self.device)
+        return torch.tensor(ModelRunner.sample(last, reqs, mid_chunk), dtype=torch.int64, device=self.device)
 
 
 def attach_backend(engine: Any, kind: str | None = None, *, war_barrier: bool = True,

@@ -5,8 +5,8 @@ arguments are ``ServerArgs`` fields (``server_args.py``); it owns the pools and 
 names (``req_to_token_pool``, ``token_to_kv_pool_allocator``, ``token_to_kv_pool``, ``tree_cache``)
 and runs the scheduler's event loop in the caller's thread until every prompt of the call finished.
 Difference from SGLang, on purpose: the namespace of a request with an adapter is the pair
-``(extra_key or "", adapter)``, where SGLang appends the adapter's id to the string: a pair never
-equals a plain string, so no ``extra_key`` can land in an adapter's namespace (notebook 07).
+``(extra_key or "", lora_id)`` (the id of the adapter's load), where SGLang appends ``lora_id`` to
+the string: a pair never equals a plain string, so no ``extra_key`` can land in an adapter's namespace.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from ..memory import MHATokenToKVPool, ReqToTokenPool, TokenToKVPoolAllocator
 from ..hash_cache import HashBlockCache
 from ..radix_cache import RadixCache
 from .chunk_cache import ChunkCache
+from ..utils.checks import is_index_dtype
 from .device_program import attach_backend
-from .io_struct import DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
+from .io_struct import DEFAULT_SAMPLING_PARAMS, INT64_MAX, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
 from .schedule_policy import SchedulePolicy, ceil_page
@@ -94,6 +95,7 @@ class Engine:
         self.device_backend = None
         if not args.disable_overlap_schedule or args.device_backend is not None:
             self.device_backend = attach_backend(self, args.device_backend)
+        self._device_adapters = self._adapter_ids()  # what the device backend's program was built with
         self._num_reqs = 0
         self._closed = False
 
@@ -115,7 +117,10 @@ class Engine:
 
         ``prompts``: a string, a list of token ids, or a list of either. ``sampling_params``,
         ``extra_key`` and ``lora_path`` are one for all prompts or a list with one per prompt.
-        Every prompt is checked before anything runs; a bad one raises ``ValueError`` naming its index.
+        Every prompt is checked before anything runs; a bad one raises ``ValueError`` (``TypeError``
+        for a value of the wrong type) naming its index and the argument. On a device backend, a
+        worker process that dies or hangs raises ``WorkerDiedError``: the call's requests are
+        aborted and the next call starts a fresh worker.
         """
         start = time.perf_counter()
         single, reqs = self._submit(prompts, sampling_params, extra_key, lora_path, start)
@@ -140,6 +145,8 @@ class Engine:
     def step(self) -> Any:
         """One iteration of the normal loop: schedule → run → process. Returns the batch that ran
         (``None`` when there was nothing to do)."""
+        if self._closed:
+            raise RuntimeError("engine has been shut down: step() cannot run")
         if not self.scheduler.has_work():
             return None
         try:
@@ -152,7 +159,11 @@ class Engine:
         return batch
 
     def result(self, req: Req) -> dict:
-        """``generate``'s dict for a request queued with ``add_requests`` that has finished."""
+        """``generate``'s dict for a request queued with ``add_requests`` that has finished. An aborted
+        request (an error mid-run dropped it) gives its partial output, as SGLang returns one:
+        ``finish_reason`` is ``"abort"`` and a time it never reached is ``None``."""
+        if not isinstance(req, Req):
+            raise TypeError(f"req must be a Req returned by add_requests, got {type(req).__name__}")
         if not req.is_done():
             raise ValueError(f"request {req.rid!r} has not finished yet")
         return self._output(req, req.created_time)
@@ -193,16 +204,22 @@ class Engine:
         if self._closed:
             raise RuntimeError("engine has been shut down")
         single, reqs = self._make_reqs(prompts, sampling_params, extra_key, lora_path, start)
+        self._sync_adapters(reqs)
+        self._num_reqs += len(reqs)  # only now: a rejected call leaves later seeds and ids unchanged
         for req in reqs:
             self.scheduler.add_request(req)
         return single, reqs
 
     def _make_reqs(self, prompts: Any, sampling_params: Any, extra_key: Any, lora_path: Any,
                    start: float) -> tuple[bool, list[Req]]:
-        single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple, torch.Tensor)) and len(prompts) > 0
-                                               and all(isinstance(t, Integral) for t in prompts))
-        if isinstance(prompts, torch.Tensor):
-            prompts = prompts.tolist()
+        if isinstance(prompts, torch.Tensor):  # 1-D: one prompt; 2-D: one prompt per row
+            if not is_index_dtype(prompts.dtype) or prompts.dim() not in (1, 2):
+                raise ValueError(f"prompts as a tensor must be a 1-D (one prompt) or 2-D (one per row) integer "
+                                 f"tensor, got {prompts.dtype} with shape {tuple(prompts.shape)}")
+            single, prompts = prompts.dim() == 1, prompts.tolist()
+        else:
+            single = isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and len(prompts) > 0
+                                                   and all(isinstance(t, Integral) for t in prompts))
         items = [prompts] if single else prompts
         if not isinstance(items, (list, tuple)) or not items:
             raise ValueError(f"prompts must be a string, a list of token ids, or a non-empty list of those; got {prompts!r:.60}")
@@ -223,16 +240,40 @@ class Engine:
                 raise ValueError(f"prompt {i} can never fit: {len(ids)} prompt tokens + max_new_tokens="
                                  f"{sp['max_new_tokens']} need {need} KV slots, the pool has max_total_tokens="
                                  f"{self.max_total_tokens} (context length {self.context_len})")
-            # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string
-            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else (key or "", lora)
+            # SGLang: extra_key = (extra_key or "") + lora_id; a pair cannot collide with any string.
+            # lora_id is the adapter's load id: a new load under an old name gets a new namespace.
+            namespace = key if lora is None or self.unsafe_ignore_lora_namespace else \
+                (key or "", self.model.adapters[lora].lora_id)
             seed = sp.pop("sampling_seed", None)
-            self._num_reqs += 1
-            reqs.append(Req(rid=f"req-{self._num_reqs}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,
+            n = self._num_reqs + len(reqs) + 1
+            reqs.append(Req(rid=f"req-{n}", origin_input_ids=ids, extra_key=namespace, lora_id=lora,
                             index=i, created_time=start,
-                            sampling_seed=self.random_seed + self._num_reqs if seed is None else seed, **sp))
+                            sampling_seed=(self.random_seed + n) % (INT64_MAX + 1) if seed is None else seed, **sp))
         return single, reqs
 
+    def _adapter_ids(self) -> tuple:
+        return tuple((name, a.lora_id) for name, a in sorted(getattr(self.model, "adapters", {}).items()))
+
+    def _sync_adapters(self, reqs: list[Req]) -> None:
+        """A device backend's program knows the adapters it was built with; one added, removed or
+        replaced since is taken in here, between runs (a worker process restarts to see it)."""
+        now = self._adapter_ids()
+        if self.device_backend is None or now == self._device_adapters:
+            return
+        if self.scheduler.has_work():
+            stale = [r.index for r in reqs if r.lora_id is not None
+                     and (r.lora_id, self.model.adapters[r.lora_id].lora_id) not in self._device_adapters]
+            if stale:
+                raise ValueError(f"prompt {stale[0]}: adapter {reqs[stale[0]].lora_id!r} changed while requests run on "
+                                 "the device backend; finish them (step() until it returns None) first")
+            return
+        self.device_backend.program.lora_names[:] = [name for name, _ in now]
+        self.device_backend.restart()  # a worker process forked before the change has the old adapters
+        self._device_adapters = now
+
     def _token_ids(self, prompt: Any, i: int) -> list[int]:
+        if isinstance(prompt, torch.Tensor) and prompt.dim() == 1 and is_index_dtype(prompt.dtype):
+            prompt = prompt.tolist()
         if isinstance(prompt, str):
             ids = list(self.tokenizer.encode(prompt))
         elif isinstance(prompt, (list, tuple)) and all(isinstance(t, Integral) and not isinstance(t, bool) for t in prompt):
@@ -254,7 +295,8 @@ class Engine:
             text = self.tokenizer.decode(req.output_ids)
         meta = {"id": req.rid, "prompt_tokens": len(req.origin_input_ids), "completion_tokens": len(req.output_ids),
                 "cached_tokens": req.cached_tokens, "finish_reason": req.finished_reason,
-                "ttft": req.first_token_time - start, "e2e_latency": req.finished_time - start}
+                "ttft": None if req.first_token_time is None else req.first_token_time - start,
+                "e2e_latency": None if req.finished_time is None else req.finished_time - start}
         if self.scheduler.keep_logits:
             meta["output_logits"] = req.output_logits
         return {"text": text, "output_ids": list(req.output_ids), "meta_info": meta}

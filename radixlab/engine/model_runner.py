@@ -6,7 +6,9 @@ request's last one is sampled (SGLang's ``LogitsProcessor`` keeps just those row
 
 Sampling: greedy (``argmax``) when ``temperature == 0``; otherwise temperature, ``top_k`` and
 ``top_p``, drawn with the request's own ``torch.Generator`` seeded from ``sampling_seed``, on the
-CPU so the same seed gives the same tokens on every device.
+CPU so the same seed gives the same tokens on every device. A row of a request still mid-prompt (a
+chunk of a chunked prefill) is not sampled and leaves its generator untouched: the same seed gives
+the same tokens whatever the chunk size and however much of the prompt was cached.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import torch
 
 from ..model.forward_batch import ForwardBatch
-from .schedule_batch import Req, ScheduleBatch
+from .schedule_batch import ScheduleBatch
 
 
 @dataclass
@@ -47,13 +49,16 @@ class ModelRunner:
         forward_batch = self.build_forward_batch(batch)
         logits = self.model.forward(forward_batch, self.req_to_token_pool, self.token_to_kv_pool)
         last = logits[forward_batch.last_token_indices().to(logits.device)].float().cpu()
-        return GenerationBatchResult(self.sample(last, batch.reqs), last)
+        mid_chunk = [batch.forward_mode.is_extend() and p + len(t) < len(r.origin_input_ids)
+                     for r, p, t in zip(batch.reqs, batch.prefix_lens, batch.new_token_ids)]
+        return GenerationBatchResult(self.sample(last, batch.reqs, mid_chunk), last)
 
     @staticmethod
-    def sample(logits: torch.Tensor, reqs: list[Req]) -> list[int]:
+    def sample(logits: torch.Tensor, reqs: list[Any], mid_chunk: list[bool] | None = None) -> list[int]:
+        """One token per row; a ``mid_chunk`` row gets its argmax (discarded by the scheduler), no draw."""
         out = []
-        for row, req in zip(logits, reqs):
-            if req.temperature == 0:
+        for i, (row, req) in enumerate(zip(logits, reqs)):
+            if req.temperature == 0 or (mid_chunk is not None and mid_chunk[i]):
                 out.append(int(torch.argmax(row)))
                 continue
             scores = row / req.temperature

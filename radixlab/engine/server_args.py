@@ -16,11 +16,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..utils.checks import check_int
+from .io_struct import INT64_MAX
 from .schedule_policy import POLICIES
 
 PREFIX_CACHES = ("radix", "hash")
 HASH_BLOCK_SIZE = 16  # vLLM's default block size
-INT64_MAX = 2**63 - 1  # sampling seeds travel to the device as int64
 
 
 def _int(value: Any, name: str, minimum: int, maximum: int | None = None) -> int:

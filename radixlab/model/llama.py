@@ -13,7 +13,10 @@ Parameter names are exactly those of Hugging Face's ``LlamaForCausalLM`` (``mode
 Adapters stand in for LoRA (SGLang's ``lora_path``): ``add_adapter(name)`` adds a seeded low-rank
 delta to ``q_proj`` and ``v_proj`` of every layer. Because it changes V, K/V computed under one
 adapter are wrong for another — which is why the engine puts the adapter into the request's
-namespace (``extra_key``). Adapters are kept outside ``state_dict`` (Hugging Face keys stay exact).
+namespace (``extra_key``), under the adapter's ``lora_id``: each load has its own (the name for its
+first load, ``(name, n)`` for its n-th), as SGLang gives every loaded adapter a fresh id, so a
+replaced adapter never reuses its predecessor's KV. Adapters are kept outside ``state_dict`` (Hugging
+Face keys stay exact).
 Notebook 07_kv_memory_pool teaches the serving path.
 """
 
@@ -43,6 +46,7 @@ class Adapter:
     rank: int
     scale: float
     weights: list[dict[str, tuple[torch.Tensor, torch.Tensor]]]  # per layer: target -> (A [r, in], B [out, r])
+    lora_id: Any = None  # this load's id (SGLang: ``LoRARef.lora_id``), set by ``add_adapter``
 
     def delta(self, layer_id: int, target: str, x: torch.Tensor) -> torch.Tensor:
         a, b = self.weights[layer_id][target]
@@ -132,6 +136,7 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.adapters: dict[str, Adapter] = {}
+        self._adapter_loads: dict[str, int] = {}  # name -> how many times it was loaded (for lora_id)
 
     @property
     def device(self) -> torch.device:
@@ -169,9 +174,17 @@ class LlamaForCausalLM(nn.Module):
                 b = torch.randn(lin.out_features, rank, generator=gen) / rank ** 0.5
                 per_target[target] = (a.to(self.device, self.dtype), b.to(self.device, self.dtype))
             weights.append(per_target)
-        adapter = Adapter(name, rank, float(scale), weights)
+        loads = self._adapter_loads[name] = self._adapter_loads.get(name, 0) + 1
+        adapter = Adapter(name, rank, float(scale), weights, lora_id=name if loads == 1 else (name, loads))
         self.adapters[name] = adapter
         return adapter
+
+    def remove_adapter(self, name: str) -> None:
+        """Unload adapter ``name`` (SGLang: ``unload_lora_adapter``); a later ``add_adapter(name)`` is a
+        new load, with its own ``lora_id``."""
+        if name not in self.adapters:
+            raise ValueError(f"no adapter named {name!r}; known: {sorted(self.adapters)}")
+        del self.adapters[name]
 
     def _adapter(self, name: str | None, what: str) -> Adapter | None:
         if name is None:
