@@ -23,7 +23,7 @@ def overlap_by_default(monkeypatch):
 def test_error_mid_run_leaves_nothing_taken(tiny, monkeypatch):
     """Overlap variant of engine8's test: the failure happens on the device (in the worker), the
     error reaches ``generate``, nothing stays taken, and the next call starts a fresh worker."""
-    from radixlab.engine.overlap_scheduler import EngineProgram
+    from radixlab.engine.device_program import EngineProgram
 
     calls = {"n": 0}
     real = EngineProgram.forward

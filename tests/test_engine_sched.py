@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from radixlab.engine import Engine
 from radixlab.engine.schedule_batch import Req
-from radixlab.engine.policies import LPM_FALLBACK_QUEUE_LEN
+from radixlab.engine.schedule_policy import LPM_FALLBACK_QUEUE_LEN
 from radixlab.mem_cache import HashBlockCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend, release
 from radixlab.model import load_model
 from radixlab.sim.workloads import generated_shared_prefix

@@ -10,7 +10,7 @@ import pytest
 from radixlab.course.edition import strip_markers
 from radixlab.course.answers_sched import reference_lpm_order
 from radixlab.course.ex_sched import SEED_DEPRIORITIZED, SEED_ORDER, SEED_QUEUE, SPEC, check_lpm_order
-from radixlab.engine.policies import sort_by_longest_prefix
+from radixlab.engine.schedule_policy import sort_by_longest_prefix
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_scheduling_and_serving.ipynb"
 

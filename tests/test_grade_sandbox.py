@@ -202,9 +202,9 @@ OTHER_FORGERIES = {
         "    return ex_evict.loop_with_parent_rule(lambda p: not p.children and p.lock_ref == 0)(cache, heap, n)\n"),
     "07.1 radixlab's gather_kv": ("07.1", "from radixlab.model import layers\n"
         "def gather_kv(r, k, v, i, n):\n    return layers.gather_kv(r, k, v, i, n)\n"),
-    "08.1 launch_with_barrier": ("08.1", "from radixlab.engine import synthetic\n"
-        "def run_batch(device, batch, in_flight):\n    return synthetic.launch_with_barrier(device, batch, in_flight)\n"),
-    "09.1 the engine's LPM sort": ("09.1", "from radixlab.engine import policies\n"
+    "08.1 the instructor's answer": ("08.1", "from radixlab.course import answers_overlap\n"
+        "def run_batch(device, batch, in_flight):\n    return answers_overlap.reference_run_batch(device, batch, in_flight)\n"),
+    "09.1 the engine's LPM sort": ("09.1", "from radixlab.engine import schedule_policy as policies\n"
         "from types import SimpleNamespace as R\n"
         "def lpm_order(waiting, deprioritized):\n"
         "    q = [R(rid=w[0]) for w in waiting]\n"
@@ -213,7 +213,7 @@ OTHER_FORGERIES = {
 
 
 @pytest.mark.parametrize("name", ["01.1 RadixTree.find walks the path", "06.1 the wrong-answer helper with the right rule",
-                                  "07.1 radixlab's gather_kv", "08.1 launch_with_barrier", "09.1 the engine's LPM sort"])
+                                  "07.1 radixlab's gather_kv", "08.1 the instructor's answer", "09.1 the engine's LPM sort"])
 def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
     """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader."""
     exercise, source = OTHER_FORGERIES[name]

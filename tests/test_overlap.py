@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from radixlab.engine import Engine
-from radixlab.engine.device_backend import checksum, make_backend, pack, unpack
+from radixlab.engine.backends import make_backend
+from radixlab.engine.device_backend import checksum, pack, unpack
 from radixlab.engine.synthetic import ToyDecodeModel, run_toy, toy_backend
 from radixlab.engine.timeline import Timeline, ideal_overlap_ratio
 from radixlab.model import load_model
@@ -222,14 +223,14 @@ def test_engine_loops_give_identical_greedy_outputs(tiny, kwargs):
     assert [len(o) for o in outs["overlap"]] == [p["max_new_tokens"] for p in params]
 
 
-def test_engine_eos_under_overlap_wastes_one_step_and_frees_it(tiny):
+def test_engine_eos_under_overlap_runs_one_more_step_and_leaks_nothing(tiny):
     base = Engine(tiny).generate("stop here", {"max_new_tokens": 8})["output_ids"]
     tiny.config.eos_token_id = base[2]
     try:
         e = Engine(tiny, page_size=1, disable_overlap_schedule=False)
         out = e.generate(["stop here", "and keep going"], {"max_new_tokens": 8})
         assert out[0]["output_ids"] == base[:3] and out[0]["meta_info"]["finish_reason"] == "stop"
-        # the step launched after the EOS was sampled ran and was thrown away; nothing leaked
+        # the step launched after the EOS was sampled ran: its token is dropped, its KV committed; nothing leaked
         tree_slots = sum(len(n.value) for n in e.tree_cache.nodes())
         assert e.token_to_kv_pool_allocator.available_size() + tree_slots == e.max_total_tokens
         e.shutdown()
@@ -308,7 +309,7 @@ def test_bench_overlap_quick_runs_and_reports(tmp_path, capsys):
 def test_engine_without_barrier_on_the_adversarial_device_fails_loudly(tiny):
     """The engine's inputs are indices: read from the next batch they make no valid batch, and the
     device says why. With the barrier, the same adversarial device gives the normal loop's tokens."""
-    from radixlab.engine.overlap_scheduler import attach_backend
+    from radixlab.engine.device_program import attach_backend
 
     prompts = ["The radix tree shares", "Overlap hides", "A barrier orders"]
     with Engine(tiny) as ref_engine:

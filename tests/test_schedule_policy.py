@@ -1,4 +1,4 @@
-"""Scheduling policies (radixlab.engine.policies): SGLang's orderings, the LPM fallback, the in-batch check."""
+"""Scheduling policies (radixlab.engine.schedule_policy): SGLang's orderings, the LPM fallback, the in-batch check."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from radixlab.engine.policies import (LPM_FALLBACK_QUEUE_LEN, POLICIES, SimRequest, active_policy,
+from radixlab.engine.schedule_policy import (LPM_FALLBACK_QUEUE_LEN, POLICIES, SimRequest, active_policy,
                                       compute_prefix_matches, order_queue, validate_policy)
 from radixlab.mem_cache import RadixCache, RadixKey
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.synthetic import launch_with_barrier
-
 
 def reference_run_batch(device: Any, batch: Any, in_flight: Any) -> Any:
-    """The answer: barrier, write, launch (``radixlab.engine.synthetic.launch_with_barrier``)."""
-    return launch_with_barrier(device, batch, in_flight)
+    """The answer: barrier, write the staging buffer, launch."""
+    if in_flight is not None:
+        in_flight.wait_inputs_read()  # WAR barrier: the device has consumed the buffer we reuse
+    layout = device.write_inputs(batch.step, batch.fields)
+    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)

@@ -11,7 +11,7 @@ Cases: the notebook's queue and ties (main), then the one-request-at-a-time simu
 (``radixlab.sim.schedule_sim``) driven by the student's order on a shared-system-prompt queue with a
 tiny cache, whose served order and hit rate must equal LPM's (main); hidden: the deprioritized tail,
 an empty queue, everything held back, the caller's list left alone, and agreement with
-``radixlab.engine.policies.sort_by_longest_prefix`` on random queues.
+``radixlab.engine.schedule_policy.sort_by_longest_prefix`` on random queues.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _order(fn: Callable, waiting: list, deprioritized: list) -> Any:
 
 def _simulate(fn: Callable, seed: int) -> dict:
     """Serve a shuffled shared-system-prompt queue one request at a time, ``fn`` choosing the next."""
-    from ..engine.policies import compute_prefix_matches
+    from ..engine.schedule_policy import compute_prefix_matches
     from ..sim.schedule_sim import serve_dynamic
     from ..sim.workloads import generated_shared_prefix
 
@@ -140,7 +140,7 @@ SPEC = ExerciseSpec(
     forbidden=("reference_lpm_order", "answers_sched", "sort_by_longest_prefix", "order_queue",
                "compute_prefix_matches", "POLICIES", "OrderingPolicy", "LpmPolicy", "calc_priority",
                "radixlab.engine.policies.*", "radixlab.engine.schedule_policy.*"),
-    strip=("radixlab.engine.policies:sort_by_longest_prefix", "radixlab.engine.policies:order_queue",
+    strip=("radixlab.engine.schedule_policy:sort_by_longest_prefix", "radixlab.engine.schedule_policy:order_queue",
            "radixlab.sim.schedule_sim:serve_with_policy", "radixlab.sim.schedule_sim:compare_orders",
            "radixlab.sim.schedule_sim:service_frames"))  # absent in the executor
 SPECS = [SPEC]

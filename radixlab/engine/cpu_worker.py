@@ -105,8 +105,7 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                 # 2. future token ids, resolved on the device side
                 if resolve_future:
                     inputs["input_ids"] = future[inputs["req_pool_indices"]]
-                if hasattr(program, "snapshot"):  # e.g. the engine's req-to-token rows
-                    program.snapshot(inputs)
+                program.snapshot(inputs)  # e.g. the engine's req-to-token rows
                 conn.send(("read", step, t_read, time.perf_counter()))
                 t_dev = time.perf_counter()
                 # 3. the forward, then stash the sampled ids for the next step
@@ -124,7 +123,7 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                     overlapped = wait_release(step, ("done",)) == "launch"
                 # 4. "device → host": into the shared result ring
                 results[step % RING, :batch_size] = tokens
-                extra = program.take_extra() if hasattr(program, "take_extra") else None
+                extra = program.take_extra()
                 conn.send(("done", step, checksum(image), int(image[0]), t_dev, t_copy, t_copy,
                            time.perf_counter(), overlapped, extra))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):

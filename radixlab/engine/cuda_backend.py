@@ -1,18 +1,12 @@
-"""The CUDA device backend: a forward stream, a copy stream, events, pinned buffers.
+"""The CUDA device backend: a forward stream, a copy stream, events, pinned buffers (notebook 08).
 
-Per launch, on the **forward stream**: an H2D ``non_blocking`` copy of the pinned staging buffer
-(the device's read of the inputs), an event ``inputs_read`` recorded right after it, the future-map
-gather, the forward, the future-map stash and an event ``forward_done``. The **copy stream** waits
-for ``forward_done`` and copies the sampled ids into a pinned host result slot (``copy_done``), so
-that D2H copy overlaps the next forward, as in SGLang's ``run_batch``.
-
-The WAR barrier is ``inputs_read.synchronize()``: the CPU may overwrite the pinned staging buffer
-once the device has copied it. SGLang's ``Scheduler._apply_war_barrier`` instead makes its schedule
-stream wait on the read-done event (``schedule_stream.wait_event``), because its next writes are
-device ops on that stream; ours are host writes into pinned memory, so the host waits.
-
-``adversarial=True`` enqueues ``torch.cuda._sleep`` before each H2D copy, so without the barrier the
-CPU always wins the race and the device reads the next batch's inputs.
+Per launch, on the forward stream: a ``non_blocking`` H2D copy of the pinned staging buffer (the
+device's read), the future-map gather, the program's snapshot, an ``inputs_read`` event, the forward,
+the future-map stash; the copy stream then copies the sampled ids to a pinned host slot, overlapping
+the next forward, as SGLang's ``run_batch`` does. ``Launch.wait_inputs_read`` synchronizes on the
+``inputs_read`` event: the host writes the pinned staging buffer itself, so the host waits, where
+SGLang's barrier makes its schedule stream wait (``Scheduler._apply_war_barrier`` explains both).
+``adversarial=True`` enqueues ``torch.cuda._sleep`` before each read, so a missing barrier always loses.
 """
 
 from __future__ import annotations
@@ -87,14 +81,12 @@ class CUDABackend(DeviceBackend):
             inputs = {name: image[off:off + k] for name, off, k in launch.layout if name != "step"}
             if resolve_future:  # 2. future token ids, resolved on the device
                 inputs["input_ids"] = self.future[inputs["req_pool_indices"]]
-            if hasattr(self.program, "snapshot"):  # e.g. the engine's req-to-token rows
-                self.program.snapshot(inputs)
+            self.program.snapshot(inputs)  # e.g. the engine's req-to-token rows
             ev["read1"].record()
             tokens = self.program.forward(inputs).to(torch.int64)  # 3. forward, then stash
             self.future[inputs["req_pool_indices"]] = tokens
             out = torch.cat([tokens, _device_checksum(image), image[:1]])
-            if hasattr(self.program, "take_extra"):
-                launch.extra["device_extra"] = self.program.take_extra()
+            launch.extra["device_extra"] = self.program.take_extra()
             ev["dev1"].record()
         self.copy_stream.wait_event(ev["dev1"])
         slot = self.results[launch.step % RING]

@@ -1,40 +1,20 @@
-"""One device interface, three implementations: how a scheduler launches a batch and gets it back.
+"""One device interface: how a scheduler launches a batch and gets its tokens back (notebook 08).
 
-The scheduler (on the CPU) never computes; it *launches*. A launch writes the batch's integer inputs
-into one reused **staging buffer** (pinned host memory on CUDA, shared memory for the CPU worker),
-tells the device to run, and returns a ``Launch`` handle at once. The device runs launches strictly
-in order (a stream) and
-
-1. reads the staging buffer (``Launch.wait_inputs_read`` waits for this moment: the WAR barrier),
-2. resolves *future* token ids: a decode batch's input ids are the tokens the previous step sampled,
-   which the CPU has not seen yet; the device keeps them in ``output_tokens_buf[req_pool_idx]``
-   (SGLang's ``FutureMap``, ``managers/overlap_utils.py``),
-3. runs the program's forward, stashes the sampled ids in the future map, and
-4. copies them to a host result buffer (``Launch.result`` waits for this: the CPU's only sync).
-
-Backends (``make_backend``):
-
-* ``"cuda"`` (``cuda_backend.CUDABackend``): a forward stream and a copy stream, CUDA events, pinned
-  staging and result buffers, ``non_blocking`` copies.
-* ``"cpu-process"`` (``cpu_worker.CPUProcessBackend``): a daemon worker process owns the model and
-  executes launches in order; staging, results (and the engine's KV pool and req-to-token table)
-  live in shared memory; commands and completions travel over a ``multiprocessing`` Pipe.
-* ``"cpu-thread"``: the same worker loop on a thread of this process. It exists to show that
-  overlap is a property of the device: a thread shares the GIL with the scheduler's Python.
-
-The WAR hazard: the staging buffer is reused by every batch, so writing batch N+1's inputs while the
-device still reads batch N's corrupts batch N. Every launch carries a checksum of what the CPU wrote
-and the device reports a checksum (and the step header) of what it consumed: a mismatch marks the
-step ``corrupted``. ``adversarial=True`` makes the device read and finish *as late as the CPU allows*
-(a handshake: it waits until the CPU launches the next batch or blocks on this one), so a missing or
-misplaced barrier corrupts the same steps every run (notebook 08, exercise 08.1).
+A launch writes the batch's integer inputs into one reused **staging buffer** and returns a ``Launch``
+at once; the device runs launches in order (a stream): it (1) reads the staging buffer (what the WAR
+barrier, ``Launch.wait_inputs_read``, waits for), (2) resolves *future* token ids from
+``output_tokens_buf[req_pool_idx]`` (SGLang's ``FutureMap``, ``managers/overlap_utils.py``), (3) runs
+the program's forward and stashes the sampled ids there, (4) copies them to the host (``Launch.result``).
+Each launch carries a checksum of what the host wrote; the device reports what it read, so a WAR hazard
+marks the step ``corrupted``. Implementations (``backends.make_backend``): ``InProcessBackend`` (the
+model runs in the caller, at launch), ``cpu_worker`` (a worker process or thread), ``cuda_backend``.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -43,6 +23,8 @@ from .timeline import StepRecord, Timeline
 Layout = tuple[tuple[str, int, int], ...]
 """Where each input field sits in the staging buffer: ``(name, offset, length)``."""
 
+FUTURE = -1
+"""A decode input id the host does not know yet: the token the request's previous step samples."""
 HEADER = "step"  # every launch writes its own step number first: a corrupted read says whose inputs it saw
 
 
@@ -55,17 +37,31 @@ class WorkerTimeoutError(WorkerDiedError):
     """The worker sent nothing for ``watchdog_timeout`` seconds while the host waited: it was stopped."""
 
 
-class DeviceProgram(Protocol):
+class DeviceProgram:
     """What runs on the device: built once there (``setup``), then one ``forward`` per launch.
 
     ``forward`` gets the batch's input fields as device tensors (``input_ids`` already resolved
     from the future map for decode batches) and returns the sampled next token id per request.
+    ``snapshot`` (part of the read: copy what the host may rewrite once the barrier passed) and
+    ``take_extra`` (what the host gets besides the tokens) do nothing unless a program needs them.
     A program must be picklable (the CPU worker may be started with ``spawn``).
     """
 
-    def setup(self, device: torch.device) -> None: ...
+    def setup(self, device: torch.device) -> None:
+        raise NotImplementedError
 
-    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def snapshot(self, inputs: dict[str, torch.Tensor]) -> None:
+        return None
+
+    def take_extra(self) -> Any:
+        return None
+
+    def stage(self, batch: Any) -> dict[str, torch.Tensor]:
+        """The host side of ``DeviceBackend.launch_batch``: a ``ScheduleBatch`` as staged fields."""
+        raise NotImplementedError(f"{type(self).__name__} takes staged fields, not a ScheduleBatch")
 
 
 def checksum(values: torch.Tensor) -> int:
@@ -179,6 +175,12 @@ class DeviceBackend(abc.ABC):
         self._in_flight[step] = launch
         return launch
 
+    def launch_batch(self, step: int, batch: Any) -> Launch:
+        """The engine's entry: stage a ``ScheduleBatch`` through the program (``program.stage``) and launch
+        it; a decode batch's input ids are futures, resolved on the device."""
+        layout = self.write_inputs(step, self.program.stage(batch))
+        return self.launch(step, layout, batch.batch_size(), resolve_future=batch.forward_mode.is_decode())
+
     def synchronize(self) -> None:
         """Wait for every launched batch."""
         for launch in list(self._in_flight.values()):
@@ -228,17 +230,3 @@ class DeviceBackend(abc.ABC):
 
     @abc.abstractmethod
     def _shutdown(self) -> None: ...
-
-
-def make_backend(kind: str, program: DeviceProgram, **kwargs: Any) -> DeviceBackend:
-    """``"cuda"``, ``"cpu-process"`` or ``"cpu-thread"`` (``"cpu"`` means ``"cpu-process"``)."""
-    if kind in ("cpu", "cpu-process"):
-        from .cpu_worker import CPUProcessBackend
-        return CPUProcessBackend(program, **kwargs)
-    if kind == "cpu-thread":
-        from .cpu_worker import CPUThreadBackend
-        return CPUThreadBackend(program, **kwargs)
-    if kind == "cuda":
-        from .cuda_backend import CUDABackend
-        return CUDABackend(program, **kwargs)
-    raise ValueError(f"backend kind must be 'cuda', 'cpu-process' or 'cpu-thread', got {kind!r}")

@@ -1,41 +1,21 @@
 """``Engine``: SGLang's offline engine in miniature — ``generate`` through the radix cache (notebook 07).
 
-Mirrors ``sglang/srt/entrypoints/engine.py`` (``Engine.generate``, ``flush_cache``, ``shutdown``)
-with the ``ServerArgs`` names ``page_size``, ``max_total_tokens``, ``max_running_requests``,
-``disable_radix_cache``, ``chunked_prefill_size``, ``max_prefill_tokens``, ``random_seed``. It owns
-the pools and the tree under SGLang's attribute names (``req_to_token_pool``,
-``token_to_kv_pool_allocator``, ``token_to_kv_pool``, ``tree_cache``) and runs the scheduler's
-normal event loop in the caller's thread until every prompt of the call has finished.
-
-Namespaces: as in SGLang's ``Req.__init__``, the adapter is part of a request's namespace. SGLang
-appends the adapter's id to the string: ``(extra_key or "") + lora_id``. Here the namespace is the
-pair ``(extra_key or "", lora_id)``, the id of the adapter's load (its name for a first load; a
-replaced adapter gets a new one: ``LlamaForCausalLM.add_adapter``), just ``extra_key`` without an
-adapter (as in SGLang, no ``extra_key`` and ``""`` are one namespace under an adapter): adapter
-names are chosen by people, so a joined string would let ``extra_key="xA"`` without an adapter
-land in the namespace of ``extra_key="x"`` with adapter ``"A"`` and reuse KV computed with that
-adapter. A pair never equals a plain string. (SGLang's ``lora_id`` is a 32-hex-digit uuid: random for an adapter loaded at run
-time, ``uuid5`` of its name and path for one given in ``--lora-paths``, which anyone knowing both can
-compute; a client that sends another request's ``extra_key + lora_id`` as its own ``extra_key``
-shares that adapter's namespace: ``lora/lora_registry.py``.)
-
-``schedule_policy`` (``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``: ``policies.py``) and
-``prefix_cache`` (``"radix"``, the default, or ``"hash"``: vLLM's block-hash cache with blocks of 16,
-``mem_cache.HashBlockCache``) are notebook 09's switches; ``disable_radix_cache=True`` stays the
-no-cache switch whatever ``prefix_cache`` says. Two unsafe switches exist for tests and notebook 07 only:
-``unsafe_ignore_lora_namespace`` (the adapter is left out of the namespace, so adapters share KV)
-and ``unsafe_share_partial_pages`` (the tree matches token by token over a paged pool, so a request
-writes into another request's half-filled page).
-
-``disable_overlap_schedule`` (SGLang's flag; ``True`` by default here, see ``overlap_scheduler.py`` for
-why) and ``device_backend`` (``"cpu-process"``, ``"cpu-thread"``, ``"cuda"``) run the same scheduler on a
-device backend with the overlap or the normal loop: notebook 08.
+Mirrors ``sglang/srt/entrypoints/engine.py`` (``Engine.generate``, ``flush_cache``, ``shutdown``). Its
+arguments are ``ServerArgs`` fields (``server_args.py``); it owns the pools and the cache under SGLang's
+names (``req_to_token_pool``, ``token_to_kv_pool_allocator``, ``token_to_kv_pool``, ``tree_cache``)
+and runs the scheduler's event loop in the caller's thread until every prompt of the call finished.
+Difference from SGLang, on purpose: the namespace of a request with an adapter is the pair
+``(extra_key or "", lora_id)`` (the id of the adapter's load), where SGLang appends ``lora_id`` to
+the string: a pair never equals a plain string, so no ``extra_key`` can land in an adapter's namespace.
+Each adapter load gets its own ``lora_id`` (``LlamaForCausalLM.add_adapter``): a replaced adapter
+never reuses the old one's cached KV.
 """
 
 from __future__ import annotations
 
 import time
 from numbers import Integral
+from dataclasses import fields
 from typing import Any, Sequence
 
 import torch
@@ -43,20 +23,13 @@ import torch
 from ..mem_cache import (ChunkCache, FastRadixCache, HashBlockCache, MHATokenToKVPool, ReqToTokenPool,
                          TokenToKVPoolAllocator)
 from ..utils.checks import is_index_dtype
-from .io_struct import INT64_MAX, DEFAULT_SAMPLING_PARAMS, _check_int, normalize_sampling_params, per_prompt
+from .device_program import attach_backend
+from .io_struct import DEFAULT_SAMPLING_PARAMS, INT64_MAX, normalize_sampling_params, per_prompt
 from .model_runner import ModelRunner
 from .schedule_batch import Req
-from .schedule_policy import POLICIES, OrderingPolicy, ceil_page
+from .schedule_policy import SchedulePolicy, ceil_page
 from .scheduler import Scheduler
-
-PREFIX_CACHES = ("radix", "hash")
-HASH_BLOCK_SIZE = 16  # vLLM's default block size
-
-
-def _make_policy(name: str, tree_cache: Any, seed: int) -> Any:
-    cls = POLICIES[name]
-    return cls(tree_cache, seed) if issubclass(cls, OrderingPolicy) else cls(tree_cache)
-
+from .server_args import HASH_BLOCK_SIZE, ServerArgs
 
 
 class _PartialPageAllocator(TokenToKVPoolAllocator):
@@ -70,20 +43,8 @@ class _PartialPageAllocator(TokenToKVPoolAllocator):
 
 
 class Engine:
-    """Serve prompts on ``model`` with a KV pool and a radix cache; see the module docstring.
-
-    ``page_size``: slots per KV page. ``max_total_tokens``: KV slots in the pool (rounded down to whole
-    pages). ``max_running_requests``: request rows. ``disable_radix_cache``: no reuse (the baseline).
-    ``chunked_prefill_size``: most prompt tokens per prefill batch, longer prompts go in chunks (None:
-    no chunking). ``max_prefill_tokens``: prompt tokens per prefill batch without chunking (the first
-    request always goes). ``schedule_policy``: order of the waiting queue. ``random_seed``: base of the
-    per-request sampling seeds. ``keep_logits``: put each output token's logits into ``meta_info``
-    (``"output_logits"``; for tests and notebook 07). ``hold_back_deprioritized`` (cache-aware
-    policies): requests the in-batch prefix check deprioritized stay out of this prefill batch, so a
-    shared uncached prefix is computed once (radixlab's default); ``False`` does what SGLang v0.5.17
-    does: they sort last and are still admitted when the batch has room. The engine runs on the
-    model's device.
-    """
+    """Serve prompts on ``model`` with a KV pool and a radix cache. The keyword arguments are the fields
+    of ``ServerArgs`` (what each means: ``server_args.py``); the engine runs on the model's device."""
 
     def __init__(self, model: Any, *, page_size: int = 1, max_total_tokens: int = 4096,
                  max_running_requests: int = 32, disable_radix_cache: bool = False,
@@ -92,46 +53,21 @@ class Engine:
                  keep_logits: bool = False, unsafe_ignore_lora_namespace: bool = False,
                  unsafe_share_partial_pages: bool = False, disable_overlap_schedule: bool = True,
                  device_backend: str | None = None, hold_back_deprioritized: bool = True) -> None:
-        # 1. Validate every argument before building anything.
+        # 1. Validate every argument before building anything (``ServerArgs.__post_init__``).
         if not hasattr(model, "forward") or not hasattr(model, "config"):
             raise ValueError(f"model must be a radixlab model (load_model('tiny')), got {type(model).__name__}")
-        self.page_size = _check_int(page_size, "page_size", 1)
-        max_total_tokens = _check_int(max_total_tokens, "max_total_tokens", 1)
-        self.max_total_tokens = max_total_tokens // self.page_size * self.page_size  # whole pages, as SGLang
-        if self.max_total_tokens == 0:
-            raise ValueError(f"max_total_tokens must hold at least one page of {self.page_size} tokens, got {max_total_tokens}")
-        self.max_running_requests = _check_int(max_running_requests, "max_running_requests", 1)
-        if chunked_prefill_size is not None:
-            chunked_prefill_size = _check_int(chunked_prefill_size, "chunked_prefill_size", 1)
-            if chunked_prefill_size % self.page_size:
-                raise ValueError(f"chunked_prefill_size must be a multiple of page_size={self.page_size}, "
-                                 f"got {chunked_prefill_size}")
-        self.chunked_prefill_size = chunked_prefill_size
-        self.max_prefill_tokens = _check_int(max_prefill_tokens, "max_prefill_tokens", 1)
-        for name, flag in (("disable_radix_cache", disable_radix_cache), ("keep_logits", keep_logits),
-                           ("unsafe_ignore_lora_namespace", unsafe_ignore_lora_namespace),
-                           ("unsafe_share_partial_pages", unsafe_share_partial_pages),
-                           ("hold_back_deprioritized", hold_back_deprioritized)):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be a bool, got {flag!r}")
-        if schedule_policy not in POLICIES:
-            raise ValueError(f"schedule_policy must be one of {sorted(POLICIES)}, got {schedule_policy!r}")
-        if prefix_cache not in PREFIX_CACHES:
-            raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHES)}, got {prefix_cache!r}")
-        if prefix_cache == "hash" and HASH_BLOCK_SIZE % self.page_size:
-            raise ValueError(f"prefix_cache='hash' caches blocks of {HASH_BLOCK_SIZE} tokens: page_size must "
-                             f"divide {HASH_BLOCK_SIZE}, got {self.page_size}")
-        self.prefix_cache = prefix_cache
-        self.random_seed = _check_int(random_seed, "random_seed", 0, INT64_MAX)  # seeds are staged as int64
+        given = locals()
+        args = self.server_args = ServerArgs(**{f.name: given[f.name] for f in fields(ServerArgs)})
+        for name in ("page_size", "max_total_tokens", "max_running_requests", "chunked_prefill_size",
+                     "max_prefill_tokens", "prefix_cache", "random_seed", "disable_radix_cache",
+                     "unsafe_ignore_lora_namespace", "unsafe_share_partial_pages", "disable_overlap_schedule"):
+            setattr(self, name, getattr(args, name))
         self.device = model.device  # the engine runs where the model is (SGLang: ModelRunner's device)
         self.model = model
-        self.disable_radix_cache = disable_radix_cache
-        self.unsafe_ignore_lora_namespace = unsafe_ignore_lora_namespace
-        self.unsafe_share_partial_pages = unsafe_share_partial_pages
         cfg = model.config
         self.context_len = min(cfg.max_position_embeddings, self.max_total_tokens)
         # 2. The pools (SGLang: ModelRunner.init_memory_pool) and the cache.
-        allocator_cls = _PartialPageAllocator if unsafe_share_partial_pages else TokenToKVPoolAllocator
+        allocator_cls = _PartialPageAllocator if args.unsafe_share_partial_pages else TokenToKVPoolAllocator
         self.token_to_kv_pool_allocator = allocator_cls(self.max_total_tokens, self.page_size, self.device)
         self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len, self.device,
                                                 token_to_kv_pool_allocator=self.token_to_kv_pool_allocator)
@@ -139,31 +75,27 @@ class Engine:
                                                  cfg.num_key_value_heads, cfg.head_dim, cfg.num_hidden_layers, self.device)
         cache_args = dict(token_to_kv_pool_allocator=self.token_to_kv_pool_allocator,
                           req_to_token_pool=self.req_to_token_pool, device=self.device)
-        if disable_radix_cache:
+        if args.disable_radix_cache:
             self.tree_cache = ChunkCache(self.page_size, **cache_args)
-        elif prefix_cache == "hash":  # vLLM's block-hash prefix cache (notebook 09, bench serve)
+        elif args.prefix_cache == "hash":  # vLLM's block-hash prefix cache (notebook 09, bench serve)
             self.tree_cache = HashBlockCache(HASH_BLOCK_SIZE, **cache_args)
         else:  # the unsafe switch: a token-granular tree over a paged pool
-            self.tree_cache = FastRadixCache(1 if unsafe_share_partial_pages else self.page_size, **cache_args)
-        # 3. The scheduler and the model runner.
+            self.tree_cache = FastRadixCache(1 if args.unsafe_share_partial_pages else self.page_size, **cache_args)
+        # 3. The scheduler and the model runner; the scheduler runs the model in this process.
         eos = getattr(cfg, "eos_token_id", None)
         eos_ids = frozenset() if eos is None else frozenset([eos] if isinstance(eos, int) else eos)
         self.model_runner = ModelRunner(self.model, self.req_to_token_pool, self.token_to_kv_pool, self.device)
-        policy = _make_policy(schedule_policy, self.tree_cache, self.random_seed)
-        policy.hold_back = hold_back_deprioritized
+        policy = SchedulePolicy(args.schedule_policy, self.tree_cache, self.random_seed,
+                                hold_back=args.hold_back_deprioritized)
         self.scheduler = Scheduler(self.model_runner, self.tree_cache, policy,
                                    max_running_requests=self.max_running_requests,
-                                   chunked_prefill_size=chunked_prefill_size,
+                                   chunked_prefill_size=self.chunked_prefill_size,
                                    max_prefill_tokens=self.max_prefill_tokens, eos_token_ids=eos_ids,
-                                   keep_logits=keep_logits)
-        # 4. Notebook 08: the overlap loop (or the normal loop on a device backend) — overlap_scheduler.py.
-        if not isinstance(disable_overlap_schedule, bool):
-            raise ValueError(f"disable_overlap_schedule must be a bool, got {disable_overlap_schedule!r}")
-        self.disable_overlap_schedule = disable_overlap_schedule
+                                   keep_logits=args.keep_logits)
+        # 4. Notebook 08: the overlap loop, or any loop on another device backend (device_program.py).
         self.device_backend = None
-        if not disable_overlap_schedule or device_backend is not None:
-            from .overlap_scheduler import attach_backend
-            self.device_backend = attach_backend(self, device_backend)
+        if not args.disable_overlap_schedule or args.device_backend is not None:
+            self.device_backend = attach_backend(self, args.device_backend)
         self._device_adapters = self._adapter_ids()  # what the device backend's program was built with
         self._num_reqs = 0
         self._closed = False

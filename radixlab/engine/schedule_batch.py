@@ -1,11 +1,13 @@
-"""The engine's request (``Req``) and batch (``ScheduleBatch``) — notebook 07_kv_memory_pool.
+"""The engine's request (``Req``) and batch (``ScheduleBatch``) — notebooks 07 and 08.
 
 Mirrors ``sglang/srt/managers/schedule_batch.py``. ``Req`` is ``radixlab.mem_cache.common.Request`` (the KV
-ownership fields of notebook 05) plus what serving needs: sampling parameters, the adapter, the
-output so far and timestamps. ``ScheduleBatch`` is the set of requests one model step runs:
-``prepare_for_extend`` / ``prepare_for_decode`` allocate KV slots (evicting from the tree when the
-pool is short — SGLang's ``alloc_for_extend`` / ``alloc_for_decode``) and collect the per-request
-lists ``ModelRunner`` turns into a ``ForwardBatch``.
+ownership fields of notebook 05) plus sampling parameters, the adapter, the output and timestamps.
+``ScheduleBatch`` is what one model step runs: ``prepare_for_extend`` / ``prepare_for_decode`` allocate
+KV slots (evicting from the tree when the pool is short: SGLang's ``alloc_for_extend`` /
+``alloc_for_decode``) and collect the lists ``ModelRunner`` turns into a ``ForwardBatch``. Differences
+from SGLang: a request's committed KV length is ``seq_len`` (``len(fill_ids)``, SGLang's
+``kv_committed_len``), raised when a step's result is processed; ``kv_allocated_len`` sits on the
+``Req`` itself (SGLang: ``req.kv``); a decode batch is a new batch of the running requests.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import torch
 
 
 from ..model.forward_batch import ForwardMode
-from ..mem_cache import Request, extend
+from ..mem_cache import Request, alloc_at, extend
+from .device_backend import FUTURE
 
 
 @dataclass(eq=False, repr=False)
@@ -43,9 +46,14 @@ class Req(Request):
     finished_time: float | None = None
     output_logits: list = field(default_factory=list)  # per output token, when the engine keeps them
     generator: torch.Generator | None = None
-    # (prefix length, slots) when the scheduler allocated this step's slots at admission (a cache that
-    # caches on allocation, as vLLM's does: ``Scheduler._alloc_at_admission``); prepare_for_extend uses them
-    preallocated: tuple | None = field(default=None, repr=False)
+    # True when the scheduler allocated this step's slots at admission (a cache that caches on
+    # allocation, as vLLM's: ``Scheduler._alloc_at_admission``); prepare_for_extend then allocates none
+    preallocated: bool = field(default=False, repr=False)
+    # The device's view (SGLang: ``req.kv.kv_allocated_len``): row positions allocated, the prompt and
+    # every launched step, ahead of ``seq_len`` while a launched step's token is not processed yet
+    kv_allocated_len: int = 0
+    steps_in_flight: int = 0  # launched steps whose token is not processed yet (the overlap loop)
+    launched: bool = False  # the device has seen the request (its sampling state is set up there)
 
     def is_done(self) -> bool:
         return self.finished_reason is not None
@@ -81,6 +89,7 @@ class ScheduleBatch:
         # Filled by prepare_for_extend / prepare_for_decode:
         self.new_token_ids: list[list[int]] = []
         self.prefix_lens: list[int] = []
+        self.mid_chunk: list[bool] = []  # an extend row whose chunk ends before the prompt does
         self.out_cache_loc = torch.empty(0, dtype=torch.int64)
 
     def batch_size(self) -> int:
@@ -99,29 +108,48 @@ class ScheduleBatch:
         """Prefill step: each request runs its next ``extend_input_len`` prompt tokens (slots allocated
         here, or already at admission: ``Req.preallocated``)."""
         self.forward_mode = ForwardMode.EXTEND
-        pre = [r.preallocated for r in self.reqs]
-        self.prefix_lens = [p[0] if p else r.seq_len for r, p in zip(self.reqs, pre)]
-        self.new_token_ids = [r.origin_input_ids[n:n + r.extend_input_len] for r, n in zip(self.reqs, self.prefix_lens)]
-        locs = [p[1] if p else self._alloc(r, r.extend_input_len) for r, p in zip(self.reqs, pre)]
+        locs = []
         for r in self.reqs:
-            r.preallocated = None
+            if r.preallocated:
+                start = r.seq_len - r.extend_input_len
+                locs.append(self.req_to_token_pool.req_to_token[r.req_pool_idx, start:r.seq_len])
+            else:
+                start = r.seq_len
+                locs.append(self._alloc(r, r.extend_input_len))
+            r.preallocated = False
+            r.kv_allocated_len = r.seq_len
+            self.prefix_lens.append(start)
+            self.new_token_ids.append(r.origin_input_ids[start:r.seq_len])
+        self.mid_chunk = [r.seq_len < len(r.origin_input_ids) for r in self.reqs]
         self.out_cache_loc = torch.cat(locs) if locs else self.out_cache_loc
 
     def prepare_for_decode(self) -> None:
-        """Decode step: each request runs its last sampled token (one new slot each)."""
+        """Decode step: one new slot per request, at its allocated length (ahead of ``seq_len`` while the
+        previous step's token is still in flight); the input is the last token, or a ``FUTURE`` the
+        device resolves. ``seq_len`` catches up when the result is processed."""
         self.forward_mode = ForwardMode.DECODE
-        self.prefix_lens = [r.seq_len for r in self.reqs]
-        self.new_token_ids = [[r.output_ids[-1]] for r in self.reqs]
-        locs = [self._alloc(r, 1) for r in self.reqs]
+        self.prefix_lens = [r.kv_allocated_len for r in self.reqs]
+        self.new_token_ids = [[FUTURE] if r.steps_in_flight else [r.output_ids[-1]] for r in self.reqs]
+        self.mid_chunk = [False] * len(self.reqs)
+        locs = [self._alloc_one(r) for r in self.reqs]
         self.out_cache_loc = torch.cat(locs) if locs else self.out_cache_loc
+
+    def _alloc_one(self, req: Req) -> torch.Tensor:
+        pos, evicted = req.kv_allocated_len, []
+        if alloc_at(self.tree_cache, req.req_pool_idx, pos, 1, on_evict=evicted.append) is None:
+            raise RuntimeError(f"KV pool exhausted while decoding request {req.rid!r} (a bug: admission reserves it)")
+        self.evicted_tokens += sum(evicted)
+        req.kv_allocated_len = pos + 1
+        return self.req_to_token_pool.req_to_token[req.req_pool_idx, pos:pos + 1]
 
     def filter_batch(self, exclude: Req | None = None) -> None:
         """Drop finished requests (and ``exclude``, the request still mid-chunk)."""
         self.reqs = [r for r in self.reqs if not r.is_done() and r is not exclude]
 
-    def merge_batch(self, other: ScheduleBatch) -> None:
-        """Requests that just finished their prefill join the running (decode) batch."""
-        self.reqs.extend(other.reqs)
+    def merge_batch(self, other: ScheduleBatch, exclude: Req | None = None) -> None:
+        """Requests that just finished their prefill join the running (decode) batch (not ``exclude``,
+        still mid-chunk, nor a finished one); ``other`` stays as it was launched."""
+        self.reqs.extend(r for r in other.reqs if not r.is_done() and r is not exclude)
 
     def __repr__(self) -> str:
         return f"ScheduleBatch({self.forward_mode.name}, reqs={[r.rid for r in self.reqs]})"

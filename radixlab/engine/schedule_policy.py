@@ -1,31 +1,213 @@
-"""Who is admitted next, and whether they fit: the scheduling policy and the prefill budget (notebook 07).
+"""The scheduling policy: in which order waiting requests run, and whether they fit (notebooks 07, 09).
 
-Mirrors ``sglang/srt/managers/schedule_policy.py``:
+Mirrors ``sglang/srt/managers/schedule_policy.py``. The orderings are pure functions over a waiting
+queue and the tree (``order_queue``: ``fcfs``, ``lpm``, ``dfs-weight``, ``lof``, ``random``), so a
+notebook, a simulator and the engine call the same code; ``SchedulePolicy`` applies one to the
+engine's queue; ``PrefillAdder`` fills one prefill batch under the KV and prefill-token budgets.
 
-* ``SchedulePolicy`` orders the waiting queue: ``fcfs`` (first come, first served), and through
-  ``OrderingPolicy`` the orders of ``policies.py`` (``lpm``, ``dfs-weight``, ``lof``, ``random``).
-* ``PrefillAdder`` builds one prefill (extend) batch: it takes requests in the policy's order while
-  they fit in the token budget, and truncates one request into a chunk when ``chunked_prefill_size``
-  is set.
-
-The budget, as SGLang's ``rem_total_tokens``: free slots + evictable cached slots − what the requests
-already in flight may still need. Choice that differs from SGLang, on purpose: SGLang reserves only
-``new_token_ratio`` (< 1) of every running request's remaining ``max_new_tokens`` and *retracts* a
-request when decode runs out of memory; radixlab reserves all of it (ratio 1), so a request admitted
-always finishes and retraction is never needed. The price is fewer requests running at once.
+Where radixlab differs from SGLang, on purpose: requests the in-batch prefix check deprioritizes stay
+out of the current prefill batch (``hold_back``; SGLang only sorts them last: ``hold_back=False``);
+``random`` is seeded; admission reserves a request's whole ``max_new_tokens`` (SGLang reserves a
+``new_token_ratio`` of it and retracts on decode OOM), so a request admitted always finishes.
 """
 
 from __future__ import annotations
 
 import random
+from collections import defaultdict
+from dataclasses import dataclass, field
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Hashable, Protocol, Sequence
 
-from ..mem_cache import RadixCache
-from .policies import PolicyDecision, order_queue
+from ..mem_cache import FastRadixCache, RadixCache, RadixKey, Request, TreeNode
 
 if TYPE_CHECKING:
     from .schedule_batch import Req
+
+POLICIES = ("fcfs", "lpm", "dfs-weight", "lof", "random")
+CACHE_AWARE = ("lpm", "dfs-weight")
+
+LPM_FALLBACK_QUEUE_LEN = 128
+"""LPM is switched off (FCFS for that step) when *more than* this many requests wait (SGLang v0.5.17)."""
+IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
+"""Only requests whose cached prefix is at most this long get the in-batch check (SGLang's default)."""
+IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
+"""A request sharing at least this many tokens with an earlier waiting request is deprioritized."""
+
+
+class WaitingRequest(Protocol):
+    """What a policy needs from a waiting request (SGLang's ``Req`` field names)."""
+
+    rid: Any
+    origin_input_ids: Sequence[int]
+    output_ids: Sequence[int]
+    extra_key: Hashable | None
+
+
+@dataclass
+class SimRequest:
+    """A plain waiting request for simulators, tests and exercises (the engine has its own ``Req``)."""
+
+    rid: Any
+    origin_input_ids: tuple[int, ...]
+    output_ids: tuple[int, ...] = ()
+    extra_key: Hashable | None = None
+    max_new_tokens: int = 16
+
+
+@dataclass
+class PolicyDecision:
+    """The result of one scheduling step: the order, and why.
+
+    ``active_policy`` differs from the requested one when LPM fell back to FCFS (long queue) or a
+    cache-aware policy had no tree. ``prefix_len`` and ``last_node`` are each request's match
+    against the tree (cache-aware policies only); ``deprioritized`` holds the rids the in-batch
+    check held back; ``matches`` counts tree walks (the cost the LPM fallback avoids).
+    """
+
+    order: list
+    policy: str
+    active_policy: str
+    prefix_len: dict = field(default_factory=dict)
+    last_node: dict = field(default_factory=dict)
+    deprioritized: set = field(default_factory=set)
+    matches: int = 0
+
+
+def validate_policy(policy: Any) -> str:
+    """The policy name, or ``ValueError`` naming the choices."""
+    if policy not in POLICIES:
+        raise ValueError(f"schedule_policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    return policy
+
+
+def active_policy(policy: str, queue_len: int, has_tree: bool = True) -> str:
+    """The policy SGLang actually runs this step: LPM falls back to FCFS when the queue is long."""
+    validate_policy(policy)
+    if policy in CACHE_AWARE and not has_tree:
+        return "fcfs"
+    if policy == "lpm" and queue_len > LPM_FALLBACK_QUEUE_LEN:
+        return "fcfs"
+    return policy
+
+
+def request_ids(req: WaitingRequest) -> list[int]:
+    """The tokens a policy matches: ``origin_input_ids + output_ids`` (as SGLang)."""
+    return list(req.origin_input_ids) + list(req.output_ids)
+
+
+def request_key(req: WaitingRequest) -> RadixKey:
+    """The key a policy matches, in the request's namespace. A ``radixlab.mem_cache.common.Request`` packed its
+    prompt once, at creation: the key reuses those bytes (no per-step conversion of the token list)."""
+    if isinstance(req, Request):
+        return RadixKey.from_packed(req.packed_ids(len(req.origin_input_ids) + len(req.output_ids)), req.extra_key)
+    return RadixKey(request_ids(req), req.extra_key)
+
+
+def max_new_tokens(req: Any) -> int:
+    """``req.sampling_params.max_new_tokens`` (SGLang's place) or ``req.max_new_tokens``."""
+    params = getattr(req, "sampling_params", None)
+    value = getattr(params, "max_new_tokens", None) if params is not None else None
+    if value is None:
+        value = getattr(req, "max_new_tokens", None)
+    if value is None and isinstance(params, dict):
+        value = params.get("max_new_tokens")
+    if value is None:
+        raise TypeError(f"lof needs max_new_tokens on request {getattr(req, 'rid', req)!r}")
+    return int(value)
+
+
+def compute_prefix_matches(queue: Sequence[WaitingRequest], tree: RadixCache,
+                           in_batch_check: bool = True) -> tuple[dict, dict, set]:
+    """Match every waiting request against ``tree``; run the in-batch prefix check.
+
+    Returns ``(prefix_len, last_node, deprioritized)`` keyed by rid. Like SGLang, matching may split
+    a tree edge (so ``last_node`` ends exactly at the match) and refreshes access times.
+    """
+    prefix_len: dict = {}
+    last_node: dict = {}
+    deprioritized: set = set()
+    # 1. A scratch tree of the waiting queue itself: which waiting requests share uncached prefixes?
+    waiting_tree = FastRadixCache(page_size=1)
+    for r in queue:
+        key = request_key(r)
+        match = tree.match_prefix(key, r if isinstance(r, Request) else None)
+        prefix_len[r.rid], last_node[r.rid] = len(match), match.last_node
+        # 2. Short cached prefix: does an earlier waiting request share a long prefix with us?
+        if in_batch_check and len(match) <= IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD:
+            in_batch = len(waiting_tree.match_prefix(key))
+            if in_batch >= IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD:
+                deprioritized.add(r.rid)  # 3. yes: let the earlier one compute it first
+            else:
+                waiting_tree.insert(key)
+    return prefix_len, last_node, deprioritized
+
+
+def sort_by_longest_prefix(queue: Sequence[WaitingRequest], prefix_len: dict,
+                           deprioritized: set = frozenset()) -> list:
+    """LPM: longest cached prefix first; deprioritized requests last; ties keep arrival order."""
+    return sorted(queue, key=lambda r: float("inf") if r.rid in deprioritized else -prefix_len[r.rid])
+
+
+def sort_by_dfs_weight(queue: Sequence[WaitingRequest], tree: RadixCache, last_node: dict) -> list:
+    """DFS weight: walk the tree depth first, heaviest subtree first; a node's requests after its subtree."""
+    # 1. Group the waiting requests by the node where their cached prefix ends.
+    reqs_at: dict[TreeNode, list] = defaultdict(list)
+    for r in queue:
+        reqs_at[last_node[r.rid]].append(r)
+    # 2. A node's weight = waiting requests ending at it or anywhere below it.
+    weight: dict[TreeNode, int] = defaultdict(int)
+
+    def calc_weight(node: TreeNode) -> int:
+        weight[node] = len(reqs_at.get(node, ())) + sum(calc_weight(c) for c in node.children.values())
+        return weight[node]
+
+    calc_weight(tree.root_node)
+    # 3. Depth first, heaviest child first (ties: the tree's child order); emit after the subtree.
+    order: list = []
+
+    def visit(node: TreeNode) -> None:
+        for child in sorted(node.children.values(), key=lambda c: -weight[c]):
+            visit(child)
+        order.extend(reqs_at.get(node, ()))
+
+    visit(tree.root_node)
+    return order
+
+
+def sort_by_longest_output(queue: Sequence[Any]) -> list:
+    """LOF: largest ``max_new_tokens`` first (ties keep arrival order)."""
+    return sorted(queue, key=lambda r: -max_new_tokens(r))
+
+
+def order_queue(policy: str, queue: Sequence[WaitingRequest], tree: RadixCache | None,
+                rng: random.Random | None = None, in_batch_check: bool = True) -> PolicyDecision:
+    """One scheduling step's ordering of ``queue`` under ``policy`` against ``tree`` (SGLang's ``calc_priority``).
+
+    ``tree`` is None when the prefix cache is off (or is not a radix tree): cache-aware policies
+    then serve FCFS. The queue itself is not changed; the decision's ``order`` is a new list.
+    """
+    validate_policy(policy)
+    queue = list(queue)
+    rids = [r.rid for r in queue]
+    if len(set(rids)) != len(rids):
+        raise ValueError("queue holds two requests with the same rid")
+    active = active_policy(policy, len(queue), tree is not None)
+    decision = PolicyDecision(queue, policy, active)
+    if active in CACHE_AWARE:
+        decision.prefix_len, decision.last_node, deprioritized = compute_prefix_matches(queue, tree, in_batch_check)
+        decision.deprioritized = deprioritized
+        decision.matches = len(queue)
+        if active == "lpm":
+            decision.order = sort_by_longest_prefix(queue, decision.prefix_len, deprioritized)
+        else:
+            decision.order = sort_by_dfs_weight(queue, tree, decision.last_node)
+    elif active == "lof":
+        decision.order = sort_by_longest_output(queue)
+    elif active == "random":
+        (rng or random.Random(0)).shuffle(queue)
+        decision.order = queue
+    return decision
 
 
 def ceil_page(n: int, page_size: int) -> int:
@@ -34,46 +216,20 @@ def ceil_page(n: int, page_size: int) -> int:
 
 
 class SchedulePolicy:
-    """Orders the waiting queue before each prefill batch (SGLang: ``SchedulePolicy.calc_priority``).
+    """Orders the engine's waiting queue before each prefill batch (SGLang: ``SchedulePolicy.calc_priority``).
 
-    Subclass and register in ``POLICIES`` to add one; ``name`` is what ``Engine(schedule_policy=...)``
-    will accept.
+    ``decision`` is the last step's ``PolicyDecision``; ``deprioritized`` its in-batch check's rids,
+    which the scheduler keeps out of this prefill batch while ``hold_back`` is True. A cache that is not
+    a radix tree (no cache, the hash cache) makes a cache-aware policy serve FCFS, as in SGLang.
     """
 
-    name = "base"
-
-    def __init__(self, tree_cache: Any) -> None:
+    def __init__(self, policy: str, tree_cache: Any, seed: int = 0, *, hold_back: bool = True,
+                 in_batch_check: bool = True) -> None:
+        self.policy = validate_policy(policy)
         self.tree_cache = tree_cache
-
-    def calc_priority(self, waiting_queue: list[Req]) -> None:
-        """Reorder ``waiting_queue`` in place (the first one is considered first)."""
-        raise NotImplementedError
-
-
-class FCFSPolicy(SchedulePolicy):
-    """First come, first served: the queue stays in arrival order."""
-
-    name = "fcfs"
-
-    def calc_priority(self, waiting_queue: list[Req]) -> None:
-        return None
-
-
-class OrderingPolicy(SchedulePolicy):
-    """``lpm``, ``dfs-weight``, ``lof``, ``random``: the orderings of ``policies.py`` (notebook 09).
-
-    ``decision`` keeps the last step's ``PolicyDecision``; ``deprioritized`` (the in-batch prefix
-    check's rids) sort last, and while ``hold_back`` is True (the engine's
-    ``hold_back_deprioritized``) the scheduler also keeps them out of this prefill batch. A cache that is not a
-    radix tree (no cache, the hash cache) makes a cache-aware policy serve FCFS, as in SGLang.
-    """
-
-    in_batch_check = True
-    hold_back = True
-
-    def __init__(self, tree_cache: Any, seed: int = 0) -> None:
-        super().__init__(tree_cache)
         self.rng = random.Random(seed)
+        self.hold_back = hold_back
+        self.in_batch_check = in_batch_check
         self.decision: PolicyDecision | None = None
 
     @property
@@ -81,14 +237,10 @@ class OrderingPolicy(SchedulePolicy):
         return self.decision.deprioritized if self.decision is not None else set()
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Reorder ``waiting_queue`` in place (the first one is considered first)."""
         tree = self.tree_cache if isinstance(self.tree_cache, RadixCache) else None
-        self.decision = order_queue(self.name, waiting_queue, tree, self.rng, self.in_batch_check)
+        self.decision = order_queue(self.policy, waiting_queue, tree, self.rng, self.in_batch_check)
         waiting_queue[:] = self.decision.order
-
-
-POLICIES: dict[str, type[SchedulePolicy]] = {"fcfs": FCFSPolicy}
-for _name in ("lpm", "dfs-weight", "lof", "random"):
-    POLICIES[_name] = type(f"{_name.title().replace('-', '')}Policy", (OrderingPolicy,), {"name": _name})
 
 
 class AddReqResult(Enum):

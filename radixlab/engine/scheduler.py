@@ -1,32 +1,30 @@
-"""The scheduler: a waiting queue, a running batch and the normal event loop (notebook 07).
+"""The scheduler: a waiting queue, a running batch, and SGLang's two event loops (notebooks 07, 08).
 
-Mirrors ``sglang/srt/managers/scheduler.py``. One loop iteration is three separate steps, so that
-an overlap loop can later run them out of step:
-
-1. ``get_next_batch_to_run`` (schedule): merge the last prefill batch into the running batch, then
-   build a new prefill batch if anything waiting fits; if nothing does, the running batch decodes.
-2. ``run_batch`` (launch): the model runs the batch and samples one token per request.
-3. ``process_batch_result``: append the tokens, finish requests (``cache_finished_req``: the tree
-   adopts their KV), hand the KV of requests still running to the tree (``cache_unfinished_req``)
-   so later requests can share it.
-
-Admission (in ``get_new_batch_prefill``): ``match_prefix`` → budget check (``PrefillAdder``) →
-``admit`` (lock + row); for a cache that caches blocks when they are allocated (vLLM's hash cache),
-also the step's slots at once (``_alloc_at_admission``), so the next request of the batch can hit
-them. A request that does not fit yet waits in the queue; every admitted request has all the KV it
-can ever need reserved, so nothing fails mid-run (no retraction needed).
+Mirrors ``sglang/srt/managers/scheduler.py``: ``get_next_batch_to_run`` (merge the last prefill into
+the running batch, build a prefill batch of waiting requests that fit, else decode the running batch)
+→ ``run_batch`` (launch on the device backend) → ``process_batch_result`` (append tokens, finish
+requests, let the tree adopt their KV). ``event_loop_normal`` and ``event_loop_overlap`` come from
+``event_loop.py``. Decode slots are allocated from ``Req.kv_allocated_len`` and a decode input may be a
+future, so batch N+1 can be scheduled before N's tokens are seen. Differences from SGLang, on purpose:
+admission reserves all the KV a request can need, so nothing is retracted; a cache that caches blocks
+at allocation (vLLM's) gets them at admission, so later requests of the same batch hit them.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..mem_cache import admit, release
-from .model_runner import GenerationBatchResult, ModelRunner
+from .backends import InProcessBackend
+from .event_loop import EventLoopMixin
 from .schedule_batch import Req, ScheduleBatch, alloc_slots
 from .schedule_policy import AddReqResult, PrefillAdder, SchedulePolicy
+
+if TYPE_CHECKING:
+    from .device_backend import DeviceBackend, Launch
+    from .model_runner import ModelRunner
 
 
 @dataclass
@@ -46,12 +44,14 @@ class SchedulerStats:
         self.__init__()
 
 
-class Scheduler:
-    """Decides what runs next and keeps every request's KV accounted for."""
+class Scheduler(EventLoopMixin):
+    """Decides what runs next and keeps every request's KV accounted for; runs on ``backend``
+    (default: ``InProcessBackend(model_runner)``, the model in this process)."""
 
     def __init__(self, model_runner: ModelRunner, tree_cache: Any, policy: SchedulePolicy, *,
                  max_running_requests: int, chunked_prefill_size: int | None, max_prefill_tokens: int,
-                 eos_token_ids: frozenset = frozenset(), keep_logits: bool = False) -> None:
+                 eos_token_ids: frozenset = frozenset(), keep_logits: bool = False,
+                 backend: DeviceBackend | None = None, war_barrier: bool = True) -> None:
         self.model_runner = model_runner
         self.tree_cache = tree_cache
         self.req_to_token_pool = tree_cache.req_to_token_pool
@@ -63,12 +63,15 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.eos_token_ids = eos_token_ids
         self.keep_logits = keep_logits
+        self.backend = backend if backend is not None else InProcessBackend(model_runner, device=model_runner.device)
+        self.war_barrier = war_barrier
         self.waiting_queue: list[Req] = []
         self.running_batch = ScheduleBatch([], tree_cache)
         self.chunked_req: Req | None = None  # the request in the middle of a chunked prefill
         self._admitting: list[Req] = []  # the prefill batch being built (abort_all must see it too)
         self.last_batch: ScheduleBatch | None = None
         self.stats = SchedulerStats()
+        self._step = 0  # launches so far: each launch's step number
 
     # -- the queue --------------------------------------------------------------------------------
 
@@ -88,23 +91,24 @@ class Scheduler:
             self.tree_cache.cache_unfinished_req(self.chunked_req, chunked=True)
         # 2. Requests whose prefill just ran join the running batch.
         if self.last_batch is not None and self.last_batch.forward_mode.is_extend():
-            self.last_batch.filter_batch(exclude=self.chunked_req)
-            self.running_batch.merge_batch(self.last_batch)
+            self.running_batch.merge_batch(self.last_batch, exclude=self.chunked_req)
         self.running_batch.filter_batch()
         # 3. Prefill first when anything waiting fits; otherwise decode the running batch.
         batch = self.get_new_batch_prefill()
         if batch is None and not self.running_batch.is_empty():
-            batch = self._prepare_for_decode(self.running_batch)
+            batch = self.get_new_batch_decode()
         self.last_batch = batch
         return batch
 
-    def _prepare_for_decode(self, running: ScheduleBatch) -> ScheduleBatch | None:
-        """The running batch decodes one token per request (the overlap scheduler overrides this: its
-        decode batches are built from future token ids, notebook 08)."""
-        running.prepare_for_decode()
-        self.stats.evicted_tokens += running.evicted_tokens
-        running.evicted_tokens = 0
-        return running
+    def get_new_batch_decode(self) -> ScheduleBatch | None:
+        """A decode batch of the running requests that still need a token (counting launched steps)."""
+        reqs = [r for r in self.running_batch.reqs if len(r.output_ids) + r.steps_in_flight < r.max_new_tokens]
+        if not reqs:
+            return None
+        batch = ScheduleBatch(reqs, self.tree_cache)
+        batch.prepare_for_decode()
+        self.stats.evicted_tokens += batch.evicted_tokens
+        return batch
 
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         """A prefill batch of waiting requests that fit (the chunked request first), or None."""
@@ -124,7 +128,7 @@ class Scheduler:
             return None  # no free row: skip the ordering (it matches every waiting request), as SGLang
         self.policy.calc_priority(self.waiting_queue)
         # The in-batch check's rids: out of this batch (radixlab's default), or only sorted last (SGLang).
-        held_back = getattr(self.policy, "deprioritized", ()) if getattr(self.policy, "hold_back", True) else ()
+        held_back = self.policy.deprioritized if self.policy.hold_back else ()
         admitted = []
         for req in self.waiting_queue:
             if self.chunked_req is not None:
@@ -167,8 +171,8 @@ class Scheduler:
         if not self.tree_cache.caches_on_alloc or req.extend_input_len <= 0:
             return
         prefix = req.seq_len
-        slots, evicted = alloc_slots(req, self.tree_cache, req.extend_input_len)
-        req.preallocated = (prefix, slots)
+        _, evicted = alloc_slots(req, self.tree_cache, req.extend_input_len)
+        req.preallocated = True
         self.stats.evicted_tokens += evicted
         adder.allocated(req, prefix)
         self.tree_cache.cache_at_allocation(req)
@@ -184,30 +188,36 @@ class Scheduler:
 
     # -- 2. launch --------------------------------------------------------------------------------
 
-    def run_batch(self, batch: ScheduleBatch) -> GenerationBatchResult:
-        return self.model_runner.forward(batch)
+    def run_batch(self, batch: ScheduleBatch) -> Launch:
+        """Launch ``batch`` on the device backend; its tokens come back through ``Launch.result()``."""
+        for r, mid in zip(batch.reqs, batch.mid_chunk):
+            r.steps_in_flight += not mid  # a mid-prompt chunk's token is never used
+        launch = self.backend.launch_batch(self._step, batch)
+        self._step += 1
+        launch.record.kind = batch.forward_mode.name.lower()
+        for r in batch.reqs:
+            r.launched = True
+        return launch
 
     # -- 3. process -------------------------------------------------------------------------------
 
-    def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+    def process_batch_result(self, batch: ScheduleBatch, launch: Launch) -> None:
+        """Wait for the batch's tokens; append them, finish requests, let the tree adopt a prefill's KV."""
+        tokens = launch.result().tolist()
         now = time.perf_counter()
-        if batch.forward_mode.is_extend():
-            self.stats.extend_batches += 1
-            self.stats.prefill_tokens += sum(len(t) for t in batch.new_token_ids)
-        else:
-            self.stats.decode_batches += 1
-            self.stats.decode_tokens += batch.batch_size()
-        self.stats.max_running = max(self.stats.max_running, self.running_batch.batch_size()
-                                     + (batch.batch_size() if batch is not self.running_batch else 0))
-        for i, (req, token) in enumerate(zip(batch.reqs, result.next_token_ids)):
-            if req is self.chunked_req:
-                continue  # mid-prompt: its sampled token means nothing yet
+        self._count(batch)
+        for i, (req, token) in enumerate(zip(batch.reqs, tokens)):
+            if batch.mid_chunk[i] or req.is_done():
+                continue  # mid-prompt chunk; or stopped on EOS a step earlier (``release`` took this KV)
+            req.steps_in_flight -= 1
+            if batch.forward_mode.is_decode():
+                req.fill_ids = req.all_ids[:batch.prefix_lens[i] + 1]  # this position's KV is computed
             if req.first_token_time is None:
                 req.first_token_time = now
             if len(req.output_ids) < req.max_new_tokens:
                 req.output_ids.append(token)
                 if self.keep_logits:
-                    req.output_logits.append(result.logits[i].clone())
+                    req.output_logits.append(launch.extra["logits"][i].clone())
             req.check_finished(self.eos_token_ids)
             if req.is_done():
                 req.finished_time = now
@@ -215,20 +225,26 @@ class Scheduler:
             elif batch.forward_mode.is_extend():
                 self.tree_cache.cache_unfinished_req(req)  # others may share the prompt from now on
 
+    def _count(self, batch: ScheduleBatch) -> None:
+        if batch.forward_mode.is_extend():
+            self.stats.extend_batches += 1
+            self.stats.prefill_tokens += sum(len(t) for t in batch.new_token_ids)
+        else:
+            self.stats.decode_batches += 1
+            self.stats.decode_tokens += batch.batch_size()
+        running = {id(r) for r in self.running_batch.reqs + batch.reqs}
+        self.stats.max_running = max(self.stats.max_running, len(running))
+
     def release(self, req: Req) -> None:
-        """The request is done: the tree adopts its KV, the lock and the row go back (notebook 05's ``release``)."""
+        """The request is done: the tree adopts its KV, the lock and the row go back (notebook 05's ``release``).
+
+        Under overlap a request that stopped on EOS in step N−1 was launched again in step N. As in SGLang
+        v0.5.17 (``kv_committed_len`` rises with ``kv_allocated_len`` at allocation), step N's slot holds
+        committed KV, that of the EOS token: the tree caches it, or frees it with the unaligned tail."""
+        req.fill_ids = req.all_ids[:max(req.seq_len, req.kv_allocated_len)]
         release(req, self.tree_cache)
 
-    # -- the loop ---------------------------------------------------------------------------------
-
-    def event_loop_normal(self) -> None:
-        """schedule → run → process until every request has finished."""
-        while self.has_work():
-            batch = self.get_next_batch_to_run()
-            if batch is None:
-                raise RuntimeError("scheduler stalled: requests wait but nothing can run (a bug)")
-            result = self.run_batch(batch)
-            self.process_batch_result(batch, result)
+    def on_idle(self) -> None:
         self.last_batch = None
 
     def live_reqs(self) -> list[Req]:
@@ -245,8 +261,13 @@ class Scheduler:
 
     def abort_all(self) -> None:
         """Drop every request (after an error mid-run): KV goes back, no lock or row stays taken."""
+        try:
+            self.backend.synchronize()  # nothing in flight may write a slot freed below
+        except Exception:
+            pass
         for req in self.live_reqs():
             if req.req_pool_idx is not None:
+                self._free_uncommitted(req)
                 self.tree_cache.cache_finished_req(req, is_insert=False)
                 self.req_to_token_pool.free(req.req_pool_idx)
                 req.req_pool_idx = None
@@ -255,3 +276,12 @@ class Scheduler:
         self.running_batch = ScheduleBatch([], self.tree_cache)
         if self.tree_cache.caches_on_alloc:
             self.flush_cache()  # blocks cached at allocation may never have been computed
+
+    def _free_uncommitted(self, req: Req) -> None:
+        """Free the pages of ``req``'s row past ``seq_len`` up to ``kv_allocated_len`` (launched steps
+        whose tokens were never processed); a first partial page goes with the tail."""
+        row = self.req_to_token_pool.req_to_token[req.req_pool_idx]
+        pages = [int(row[p]) for p in range(req.seq_len, req.kv_allocated_len) if p % self.page_size == 0]
+        if pages:
+            self.token_to_kv_pool_allocator.free(pages)
+        req.kv_allocated_len = req.seq_len

@@ -1,16 +1,11 @@
-"""A synthetic decode workload for the overlap lessons: a tiny torch model and a toy scheduler.
+"""A synthetic decode workload for notebook 08: a tiny torch model and a toy scheduler.
 
-It isolates the one thing notebook 08 measures, the *proportion* between the scheduler's CPU time
-per step and the device's time per step, with two knobs:
-
-* ``ToyDecodeModel(layers=…, hidden=…)``: a real (random, seeded) network on the device: token
-  embedding + position embedding, ``layers`` × (matmul, tanh), tied output head, greedy argmax. Its
-  next token depends on the input id *and* the position, so corrupted inputs change the output.
-* ``ToyScheduler(cpu_ms=…)``: spends ``cpu_ms`` of real Python work per step (2/3 building the
-  batch, 1/3 processing results), standing in for radix matching, allocation and detokenizing.
-
-The real engine (``Engine(..., disable_overlap_schedule=...)``) runs the same event loops over the
-same backends; this workload only makes the proportion a dial.
+It isolates what notebook 08 measures, the proportion between the scheduler's CPU time per step and
+the device's, with two knobs: ``ToyDecodeModel(layers, hidden)``, a seeded random network whose next
+token depends on the input id and the position (so corrupted inputs change the output), and
+``ToyScheduler(cpu_ms)``, which spends ``cpu_ms`` of real Python per step (2/3 building the batch, 1/3
+processing results), standing in for radix matching, allocation and detokenizing. ``ToyScheduler``
+inherits the engine's two event loops (``event_loop.py``) and runs on the same device backends.
 """
 
 from __future__ import annotations
@@ -21,12 +16,15 @@ from typing import Any
 
 import torch
 
-from .device_backend import DeviceBackend, Launch, make_backend
-from .overlap import LOOPS
+from .backends import make_backend
+from .device_backend import DeviceBackend, DeviceProgram, Launch
+from .event_loop import EventLoopMixin
 from .timeline import Timeline
 
+LOOPS = {"normal": EventLoopMixin.event_loop_normal, "overlap": EventLoopMixin.event_loop_overlap}
 
-class ToyDecodeModel:
+
+class ToyDecodeModel(DeviceProgram):
     """A seeded random network that maps (token id, position) to the next token id (greedy)."""
 
     def __init__(self, layers: int = 8, hidden: int = 256, vocab: int = 512, max_pos: int = 4096,
@@ -91,8 +89,11 @@ class ToyBatch:
     fields: dict[str, torch.Tensor]
 
 
-class ToyScheduler:
-    """Decode ``num_reqs`` requests for ``max_new_tokens`` each, ``cpu_ms`` of Python per step."""
+class ToyScheduler(EventLoopMixin):
+    """Decode ``num_reqs`` requests for ``max_new_tokens`` each, ``cpu_ms`` of Python per step.
+
+    ``run_batch_fn(device, batch, in_flight)`` replaces the launch (exercise 08.1: the student places
+    the barrier there, and the loop's own barrier is off: ``war_barrier=False``)."""
 
     def __init__(self, backend: DeviceBackend, *, num_reqs: int = 8, max_new_tokens: int = 16,
                  cpu_ms: float = 3.0, war_barrier: bool = True, seed: int = 0,
@@ -114,6 +115,9 @@ class ToyScheduler:
         self.reqs = [ToyRequest(i, i, firsts[i], max_new_tokens) for i in range(num_reqs)]
         self.step = 0
         self.in_flight: Launch | None = None
+
+    def has_work(self) -> bool:
+        return any(r.scheduled < r.max_new_tokens for r in self.reqs)
 
     def get_next_batch_to_run(self) -> ToyBatch | None:
         active = [r for r in self.reqs if r.scheduled < r.max_new_tokens]
@@ -143,8 +147,9 @@ class ToyScheduler:
             launch = self.run_batch_fn(self.backend, batch, self.in_flight)
             if not isinstance(launch, Launch):
                 raise TypeError(f"run_batch must return the Launch from device.launch(...), got {type(launch).__name__}")
-        else:
-            launch = launch_with_barrier(self.backend, batch, self.in_flight if self.war_barrier else None)
+        else:  # the loop applies the WAR barrier right after this launch
+            layout = self.backend.write_inputs(batch.step, batch.fields)
+            launch = self.backend.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
         launch.record.kind = "prefill" if batch.is_prefill else "decode"
         self.in_flight = launch
         return launch
@@ -159,14 +164,6 @@ class ToyScheduler:
         return [r.output_ids for r in self.reqs]
 
 
-def launch_with_barrier(device: DeviceBackend, batch: ToyBatch, in_flight: Launch | None) -> Launch:
-    """``run_batch``'s device part (exercise 08.1's answer): barrier, write the staging buffer, launch."""
-    if in_flight is not None:
-        in_flight.wait_inputs_read()  # WAR barrier: the device has consumed the buffer we reuse
-    layout = device.write_inputs(batch.step, batch.fields)
-    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
-
-
 @dataclass
 class RunResult:
     timeline: Timeline
@@ -178,9 +175,8 @@ def run_toy(loop: str, backend: DeviceBackend, **scheduler_kwargs: Any) -> RunRe
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {sorted(LOOPS)}, got {loop!r}")
     sched = ToyScheduler(backend, **scheduler_kwargs)
-    timeline = backend.new_timeline(loop)
-    LOOPS[loop](sched, timeline)
-    return RunResult(timeline, sched.outputs())
+    LOOPS[loop](sched)
+    return RunResult(sched.timeline, sched.outputs())
 
 
 def compare_loops(backend: DeviceBackend, repeats: int = 1, **scheduler_kwargs: Any) -> tuple[RunResult, RunResult]:

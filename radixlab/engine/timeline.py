@@ -43,7 +43,7 @@ class Timeline:
     """The records of one run of an event loop, plus the facts needed to read them."""
 
     loop: str  # "normal" | "overlap"
-    backend: str  # "cpu-process" | "cpu-thread" | "cuda" | "cpu-inline"
+    backend: str  # "in-process" | "cpu-process" | "cpu-thread" | "cuda"
     t0: float = field(default_factory=time.perf_counter)
     records: dict[int, StepRecord] = field(default_factory=dict)
     end: float | None = None  # seconds since t0 when the loop returned

@@ -5,7 +5,7 @@ order of its radix tree reaches the optimal hit rate when the cache holds the lo
 the real objects: ``serve_order`` runs requests one at a time through a ``FastRadixCache`` with
 LRU eviction (``eviction_sim.serve_trace``); ``paper_dfs_order`` is the paper's order;
 ``best_order_brute_force`` tries every permutation with an unbounded cache; ``serve_with_policy``
-lets a policy of ``radixlab.engine.policies`` pick each next request against the live tree. SGLang
+lets a policy of ``radixlab.engine.schedule_policy`` pick each next request against the live tree. SGLang
 has no such simulator: its scheduler orders a whole waiting queue each step (notebook 09 explains
 why the two differ). The last prompt token is always computed, as in the engine.
 """
@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..engine.policies import POLICIES, SimRequest, order_queue
+from ..engine.schedule_policy import POLICIES, SimRequest, order_queue
 from ..mem_cache import (FastRadixCache, RadixCache, ReqToTokenPool, Request, TokenToKVPoolAllocator, admit, extend,
                          release)
 from ..utils.checks import check_int
