@@ -33,149 +33,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from .edition import ANSWER_PLACEHOLDER, is_solution_cell
-from .exercises import all_specs, by_check, for_lesson
 from . import sandbox as sandbox_mod
-from .extract import course_statements, extract
-from .rubric import RUBRIC
+from .edition import ANSWER_PLACEHOLDER
+from .exercises import all_specs
+from .extract import extract
+from .lesson import (CHECK_CALL, DEFAULT_RUBRIC, Exercise, Lesson, Question, UsageError,  # noqa: F401
+                     find_lesson, load_lesson, wrong_lesson)
+from .report import _short, format_report, summary
 from .runner import run_exercise
-from .spec import ExerciseSpec, outcomes_for
-
-CHECK_CALL = re.compile(r"(?<!def )\b(check_\w+)\s*\(")
-DEFAULT_RUBRIC = dict(RUBRIC)
-
-
-class UsageError(Exception):
-    """The grader was called wrongly (bad path, unknown lesson): exit 2 with this message."""
-
-
-# -- 1. the lesson: what the instructor edition expects ---------------------------------------------
-
-
-@dataclass
-class Exercise:
-    id: str
-    title: str
-    check: str  # the check function the notebook's check cell calls, e.g. "check_longest_cached_prefix"
-    spec: ExerciseSpec | None = None  # None: no grading spec yet, marked by hand
-
-
-@dataclass
-class Question:
-    label: str
-    text: str  # the whole markdown cell before the reference answer (to find it in a submission)
-    prompt: str  # the question itself: the paragraphs from its label on
-    reference: str
-    points: float | None = None  # the solution cell's metadata {"radixlab": {"points": N}} overrides the rubric
-
-
-def _question(cell_source: str, k: int) -> tuple[str, str]:
-    """(label, prompt): "Q2" from "**Q2 (lesson 4).** Why ...", else a bold lead like "Follow-up", else "Qk"."""
-    paras = [p.strip() for p in re.split(r"\n\s*\n", cell_source) if p.strip()] or [""]
-    at = next((i for i in range(len(paras) - 1, -1, -1) if re.search(r"\bQ\d+\b", paras[i])), len(paras) - 1)
-    prompt = "\n\n".join(paras[at:])
-    label = re.search(r"\bQ\d+\b", prompt)
-    lead = re.match(r"\*\*([^*]{1,40}?)[.:：]?\*\*", prompt)
-    return (label.group(0) if label else lead.group(1).strip() if lead else f"Q{k}"), prompt
-
-
-@dataclass
-class Lesson:
-    name: str
-    path: Path
-    title: str
-    exercises: list[Exercise]
-    questions: list[Question]
-    rubric: dict
-    cells: set[str]  # every instructor cell source (to tell course text from a student's answer)
-    problem: str = ""  # why this lesson cannot be graded (raised only when a submission needs it)
-    statements: set[str] = field(default_factory=set)  # every instructor code statement (course text)
-
-
-def _first_heading(nb: nbformat.NotebookNode) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and cell.source.strip():
-            return cell.source.strip().splitlines()[0].lstrip("# ").strip()
-    return ""
-
-
-def load_lesson(path: Path) -> Lesson:
-    """The exercises (the registry's specs for this notebook) and the written questions of one notebook.
-
-    A notebook's exercises are the specs whose id starts with its ``NN`` plus the specs whose check
-    function one of its cells calls; a check call without a spec becomes a row marked by hand.
-    """
-    nb = nbformat.read(path, as_version=4)
-    questions: list[Question] = []
-    calls: list[str] = []
-    for i, cell in enumerate(nb.cells):
-        if is_solution_cell(cell):
-            prev = nb.cells[i - 1].source.strip() if i > 0 else ""
-            label, prompt = _question(prev, len(questions) + 1)
-            points = cell.get("metadata", {}).get("radixlab", {}).get("points")
-            questions.append(Question(label, prev, prompt, cell.source.strip(), points))
-        if cell.cell_type == "code":
-            calls += [c for c in CHECK_CALL.findall(cell.source) if c not in calls]
-    number = re.match(r"(\d\d)_", path.name)
-    specs = {s.id: s for s in (for_lesson(number.group(1)) if number else [])}
-    exercises: list[Exercise] = []
-    for name in calls:
-        spec = by_check(name)
-        if spec is not None:
-            specs.pop(spec.id, None)
-        # A check with no ExerciseSpec (an instructor's new notebook) is listed for marking by hand.
-        exercises.append(Exercise(spec.id if spec else "?", spec.title if spec else name, name, spec))
-    exercises += [Exercise(s.id, s.title, s.check, s) for s in specs.values()]
-    exercises.sort(key=lambda e: e.id)
-    rubric = {**DEFAULT_RUBRIC, **nb.metadata.get("radixlab", {}).get("rubric", {})}
-    code = [c.source for c in nb.cells if c.cell_type == "code"]
-    return Lesson(path.stem, path, _first_heading(nb), exercises, questions, rubric,
-                  {c.source.strip() for c in nb.cells if not is_solution_cell(c)}, "",
-                  course_statements(code))
-
-
-def find_lesson(submission: Path, lessons: list[Lesson], name: str | None = None,
-                nb: nbformat.NotebookNode | None = None) -> Lesson:
-    """Same file name, else same title, else same ``NN_`` number; ``name`` (--lesson) overrides."""
-    if name:
-        hits = [l for l in lessons if l.name == Path(name).stem or l.name.startswith(f"{name}_")]
-        if not hits:
-            raise UsageError(f"--lesson {name!r} matches none of: {', '.join(l.name for l in lessons)}")
-        return hits[0]
-    for lesson in lessons:
-        if lesson.name == submission.stem:
-            return lesson
-    title = _first_heading(nb) if nb is not None else ""
-    for lesson in lessons:
-        if title and lesson.title == title:
-            return lesson
-    number = re.search(r"(?<!\d)(\d\d)_", submission.name)
-    for lesson in lessons:
-        if number and lesson.name.startswith(number.group(1) + "_"):
-            return lesson
-    raise UsageError(f"cannot tell which lesson {submission} is (no notebook of that name, title or NN_ "
-                     "number); pass --lesson NN")
-
-
-def wrong_lesson(sub: nbformat.NotebookNode, lesson: Lesson, lessons: list[Lesson]) -> str:
-    """A warning when the submission's content is another lesson's (e.g. lesson 03 saved as 04)."""
-    title = _first_heading(sub)
-    if not title or title == lesson.title:
-        return ""
-    sources = {c.source.strip() for c in sub.cells}
-    overlap = lambda l: len(sources & l.cells) / max(1, len(l.cells))  # noqa: E731
-    best = max(lessons, key=overlap)
-    if best is not lesson and overlap(best) > max(0.3, overlap(lesson)):
-        return (f"this is lesson {best.name} (its title is {title!r} and {overlap(best):.0%} of its cells are "
-                f"that lesson's), not {lesson.name}: was the wrong notebook handed in?")
-    return ""
+from .spec import outcomes_for
+from .tamper import environment_fingerprint, forged_bytecode, package_fingerprint, unowned_startup_files
 
 
 # -- 2. score (running a submission: runner.py) -----------------------------------------------------
@@ -326,79 +198,6 @@ def _load_answers() -> None:
         importlib.import_module(info.name)
 
 
-# Files that are data, not code: a concurrent ``bench tree --save`` may rewrite a record while grading.
-_DATA_SUFFIXES = (".json", ".png", ".svg", ".txt", ".md", ".csv")
-
-
-def forged_bytecode(root: Path | None = None) -> list[str]:
-    """The ``.pyc`` files under ``root`` that Python would load in place of their source (right
-    magic number, header matching the source) but that do not hold what the source compiles to."""
-    root = root or Path(__file__).resolve().parents[1]
-    return sorted(str(p.relative_to(root)) for p in root.rglob("__pycache__/*.pyc") if _forged_pyc(p))
-
-
-def _forged_pyc(pyc: Path) -> bool:
-    import importlib.util
-    import marshal
-
-    try:
-        source = Path(importlib.util.source_from_cache(str(pyc)))
-        data, src = pyc.read_bytes(), source.read_bytes()
-        stat = source.stat()
-    except (ValueError, NotImplementedError, OSError):  # not a name Python reads, or no source: never loaded
-        return False
-    if len(data) < 16 or data[:4] != importlib.util.MAGIC_NUMBER:
-        return False  # another Python's bytecode: this one recompiles
-    flags = int.from_bytes(data[4:8], "little")
-    if flags == 0 and data[8:16] != ((int(stat.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-                                     + (stat.st_size & 0xFFFFFFFF).to_bytes(4, "little")):
-        return False  # stale (the source changed since): Python recompiles instead of loading it
-    if flags & 0b10 and data[8:16] != importlib.util.source_hash(src):
-        return False  # a checked hash-based .pyc of other source: Python recompiles
-    optimize = int(pyc.name.split(".opt-")[1].split(".")[0]) if ".opt-" in pyc.name else 0
-    try:
-        return marshal.loads(data[16:]) != compile(src, str(source), "exec", dont_inherit=True, optimize=optimize)
-    except Exception:  # unreadable bytecode, or source that no longer compiles: not what it should be
-        return True
-
-
-def package_fingerprint(root: Path | None = None) -> str:
-    """A hash of radixlab's installed package: the grader checks that no submission changed it.
-
-    Every code file counts (a new, changed or removed ``.py``, a sourceless ``.pyc``, a native
-    module), every symbolic link (by its target: a linked folder is not walked into, and would
-    hide what it points to), and every ``.pyc`` that Python would load but that is not what its
-    source compiles to (``forged_bytecode``: it would run in place of the source in the next
-    process). Honest bytecode written meanwhile (a notebook kernel importing radixlab) does not
-    count; neither do data files (``_DATA_SUFFIXES``). Executors write no bytecode
-    (``runner.executor_argv``), nor does the grader once grading starts (``main``).
-    """
-    import hashlib
-
-    root = root or Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):  # followlinks=False
-        dirnames.sort()
-        here = Path(dirpath)
-        for name in sorted(dirnames + filenames):
-            path = here / name
-            try:
-                if path.is_symlink():
-                    entry = "link to " + os.readlink(path)
-                elif name in dirnames or path.suffix in _DATA_SUFFIXES:
-                    continue
-                elif here.name == "__pycache__":
-                    if not _forged_pyc(path):
-                        continue
-                    entry = "forged bytecode"
-                else:
-                    entry = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError as exc:  # vanished or unreadable meanwhile: a change
-                entry = f"unreadable ({type(exc).__name__})"
-            h.update(f"{path.relative_to(root)}\0{entry}\0".encode())
-    return h.hexdigest()
-
-
 def read_submission(path: Path) -> nbformat.NotebookNode:
     """The submission as a notebook (every cell given the fields a hand-edited file may lack)."""
     sub = nbformat.read(path, as_version=4)
@@ -408,76 +207,6 @@ def read_submission(path: Path) -> nbformat.NotebookNode:
         if isinstance(cell.source, list):
             cell.source = "".join(cell.source)
     return sub
-
-
-# -- 3. print -----------------------------------------------------------------------------------------
-
-
-def _short(s: str, n: int) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _question_text(q: dict) -> str:
-    """The question without markdown emphasis and without its own label ("**Q1** Why ..." -> "Why ...")."""
-    text = re.sub(r"\*\*|__|[*#`>]", "", q["question"]).strip()
-    return re.sub(rf"^{re.escape(q['label'])}[\s.:：]*", "", text).strip() or text
-
-
-def summary(reports: list[dict]) -> str:
-    """One line per submission: the gradebook view of a batch."""
-    rows = [("submission", "lesson", "auto", "manual", "notes")]
-    for r in reports:
-        notes = [f"{e['exercise']} {e['status']}" for e in r["exercises"] if e["status"] != "passed"]
-        notes += [f"cell {e['cell']} {e['ename']}" for e in r["execution"].get("errors", [])]
-        notes = r["execution"].get("stopped", "") or ", ".join(r.get("warnings", [])[:1] + notes)
-        rows.append((Path(r["submission"]).name, r["lesson"], f"{r['auto_points']:g}/{r['auto_max']:g}",
-                     f"_/{r['manual_max']:g}", _short(notes, 60)))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in rows)
-
-
-def format_report(rep: dict) -> str:
-    ex = rep["execution"]
-    box = rep.get("sandbox", "")
-    lines = [f"== {rep['submission']}  (lesson {rep['lesson']}: {rep['title']})",
-             "   student code ran in bubblewrap on a copy of radixlab without the exercises' references"
-             if box == "bubblewrap" else f"   ⚠ NO SANDBOX: {box.removeprefix('none ')}; student code ran unconfined "
-             "(it could read the repository and change this machine; the grader checked the environment for changes)",
-             f"   graded {len(rep['exercises'])} exercise(s) in {ex.get('seconds', 0):g} s (grader seed {rep.get('grader_seed', 0)})"
-             + (f"; {len(ex.get('errors', []))} statement(s) raised" if ex.get("errors") else "")
-             + (f"; stopped: {ex['stopped']}" if ex.get("stopped") else "")]
-    lines += [f"   ⚠ {w}" for w in rep.get("warnings", [])]
-    for e in ex.get("errors", [])[:5]:
-        lines.append(f"   cell {e['cell']}: {e['ename']}: {_short(e['evalue'], 80)}")
-    rows = [("item", "kind", "points", "notes")]
-    for r in rep["exercises"]:
-        mark = {"passed": "✅", "failed": "❌", "not done": "⏳"}.get(r["status"], "⛔")
-        rows.append((f"Exercise {r['exercise']} {r['title']}", "code", f"{r['points']:g}/{r['max_points']:g}",
-                     f"{mark} {r['status']}" + (f": {_short(r['reason'], 90)}" if r["reason"] else "")))
-        if r["status"] in ("passed", "failed"):
-            rows.append(("  main path (seed asserts)", "", f"{r['main_path']:g}", ""))
-            rows.append(("  boundary cases (hidden)", "", f"{r['boundary']:g}", ""))
-            for c in r["cases"]:
-                if not c["passed"]:
-                    rows.append((f"    ✗ {_short(c['name'], 50)}", "", f"0/{c['points']:g}", _short(c["message"], 90)))
-        for note in r.get("notes", []):
-            rows.append(("  note", "", "", note))
-        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
-    for q in rep["questions"]:
-        rows.append((f"{q['label']} {_short(_question_text(q), 40)}", "written", f"_/{q['max_points']:g}",
-                     q["status"] if q["status"] != "answered" else f"answered ({len(q['answer'].split())} words)"))
-    if len(rows) == 1:
-        rows.append(("(nothing to grade in this lesson)", "", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    for r in rows:
-        lines.append("   " + "  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
-    lines.append(f"   automatic {rep['auto_points']:g}/{rep['auto_max']:g}, manual _/{rep['manual_max']:g}, "
-                 f"total _/{rep['total_max']:g} (pass at {rep['pass_mark']:g})")
-    for q in rep["questions"]:
-        lines.append(f"   --- {q['label']} ({q['max_points']:g} pt): {_short(_question_text(q), 100)}")
-        lines.extend("       " + l for l in (q["answer"].splitlines() or [""]))
-    return "\n".join(lines)
 
 
 def default_notebooks_dir() -> Path:
@@ -523,7 +252,7 @@ def _grade(argv: list[str] | None) -> int:
               f"({', '.join(forged[:5])}): delete radixlab's __pycache__ folders, reinstall radixlab, "
               "and grade again", file=sys.stderr)
         return 2
-    planted = sandbox_mod.unowned_startup_files()
+    planted = unowned_startup_files()
     if planted:
         print(f"error: Python runs these startup files, which no installed package owns: {', '.join(planted[:5])}. "
               "A submission graded without a sandbox may have planted them: remove them (or reinstall the package "
@@ -565,7 +294,7 @@ def _grade(argv: list[str] | None) -> int:
     boxed = box is not False and sandbox_mod.sandboxed()
 
     def fingerprint_now() -> str:  # unsandboxed, a submission could change any file the next run loads
-        return package_fingerprint() + ("" if boxed else sandbox_mod.environment_fingerprint())
+        return package_fingerprint() + ("" if boxed else environment_fingerprint())
 
     reports, fingerprint, tampered = [], fingerprint_now(), ""
     for s, lesson, nb, problem in jobs:

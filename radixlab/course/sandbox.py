@@ -14,13 +14,12 @@ nothing it writes outliving the run. Python starts with ``-I -S`` and an explici
 no ``.pth`` file or ``sitecustomize`` runs. Without bubblewrap (macOS, Windows, a container without
 user namespaces, or ``RADIXLAB_GRADE_SANDBOX=off``) the executor runs unsandboxed on the same copy;
 the grader says so in every report and checks the whole environment for changes between submissions
-(``environment_fingerprint``).
+(``tamper.environment_fingerprint``).
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import shutil
 import subprocess
@@ -33,7 +32,8 @@ from typing import Iterable
 PACKAGE = "radixlab"
 ROOT = Path(__file__).resolve().parents[1]  # radixlab/
 NEVER = ("radixlab.course.answers", "radixlab.course.exercises", "radixlab.course.grade",
-         "radixlab.course.runner", "radixlab.course.sandbox")
+         "radixlab.course.runner", "radixlab.course.sandbox", "radixlab.course.lesson", "radixlab.course.tamper",
+         "radixlab.course.report", "radixlab.course.messages")
 """Module name prefixes that no copy holds: the answers, the exercise registry and the grader."""
 COURSE = "radixlab.course"  # the course's own checks and answers: told apart by the check itself
 COPY_MOUNT = "/radixlab-copy"  # where the copy appears inside the sandbox
@@ -328,46 +328,6 @@ def sandboxed() -> bool:
     return sandbox_works() == ""
 
 
-# -- 3. without a sandbox: watch the whole environment ------------------------------------------------
-
-STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
-
-
-def environment_fingerprint() -> str:
-    """A hash of everything an unsandboxed executor could change for the next run: every file under
-    the interpreter's ``sys.path`` folders and site-packages, by name, size, inode and change time
-    (which no process can set back), and the content of every ``.pth`` and ``sitecustomize`` file,
-    the user site folder included."""
-    import site
-
-    h = hashlib.sha256()
-    prefixes = (sys.base_prefix, sys.prefix)  # the interpreter's and the environment's own folders, not the cwd
-    dirs = {p for p in sys.path if p and os.path.isdir(p) and p.startswith(prefixes)} | set(site_packages())
-    try:
-        dirs.add(site.getusersitepackages())
-    except Exception:  # noqa: BLE001 - no user site in this build
-        pass
-    for d in sorted(dirs):
-        h.update(f"dir {d}\0".encode())
-        for dirpath, dirnames, filenames in os.walk(d):
-            dirnames.sort()
-            for name in sorted(filenames + dirnames):
-                p = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(p)
-                except OSError:
-                    continue
-                if "__pycache__" in dirpath and name.endswith(".pyc") and dirpath.startswith(str(ROOT)):
-                    continue  # honest bytecode of radixlab (package_fingerprint checks it for forgery)
-                h.update(f"{p}\0{st.st_size}\0{st.st_ino}\0{st.st_ctime_ns}\0".encode())
-                if name.endswith(".pth") or name in STARTUP_FILES:
-                    try:
-                        h.update(Path(p).read_bytes())
-                    except OSError:
-                        h.update(b"unreadable")
-    return h.hexdigest()
-
-
 # -- 4. what the check cell tells the student before they hand in -----------------------------------
 
 
@@ -409,28 +369,3 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
                 return (f"{qual.strip('.') if qual in stripped else module} (your code uses it as {name}, and the "
                         "grader's copy of radixlab for this exercise does not hold it)")
     return ""
-
-
-def unowned_startup_files() -> list[str]:
-    """``.pth``, ``sitecustomize`` and ``usercustomize`` files that Python runs at startup (in
-    site-packages, the user site or the standard library) and that no installed distribution's
-    RECORD lists: one a submission planted in an earlier, unsandboxed run would be among them."""
-    import importlib.metadata as md
-    import site
-
-    dirs = list(site_packages())
-    try:
-        dirs.append(site.getusersitepackages())
-    except Exception:  # noqa: BLE001
-        pass
-    dirs += [p for p in sys.path if p and p.startswith(sys.base_prefix) and os.path.isdir(p)]
-    found = [os.path.normpath(os.path.join(d, f)) for d in dict.fromkeys(dirs) if os.path.isdir(d)
-             for f in os.listdir(d) if f.endswith(".pth") or f in STARTUP_FILES]
-    if not found:
-        return []
-    owned = set()
-    for dist in md.distributions():
-        for f in dist.files or ():
-            if str(f).endswith(".pth") or os.path.basename(str(f)) in STARTUP_FILES:
-                owned.add(os.path.normpath(str(dist.locate_file(f))))
-    return sorted(p for p in found if p not in owned)
