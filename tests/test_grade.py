@@ -576,3 +576,10 @@ def test_a_comprehension_variable_stays_in_the_comprehension():
     ex = extract(base + [(100 + k, src) for k, src in enumerate(cells)], spec.function,
                  course_statements([s for _, s in base]))
     assert [s.cell for s in ex.statements if not s.course] == [100, 101]  # the def, not the print
+
+
+def test_grade_on_a_system_without_posix_process_control_says_so(monkeypatch, capsys):
+    """Windows has no process groups to kill: the grader refuses with a clear message, not a traceback."""
+    monkeypatch.delattr(os, "killpg")
+    assert grade.main(["nothing.ipynb"]) == 2
+    assert "needs a POSIX system" in capsys.readouterr().err

@@ -243,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _grade(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if not hasattr(os, "killpg"):  # the executor's process control (groups, signals) is POSIX's
+        print("error: radixlab grade needs a POSIX system (Linux, or macOS without the sandbox); "
+              "on Windows, grade inside WSL", file=sys.stderr)
+        return 2
     # First, before any radixlab module the grader has not loaded yet is imported: forged bytecode
     # left by an earlier run would otherwise run in place of its source (the modules imported to get
     # here stay exposed: grade untrusted work in a container).
