@@ -87,7 +87,7 @@ def test_blank_is_not_done():
 
 
 @pytest.mark.parametrize("wrong, says", [
-    (counts_partial_edges, "did you count a partial edge"),
+    (counts_partial_edges, "stopped inside an edge and returned its value"),
     (last_node_reached, "expected"),
     (no_child_check, "KeyError"),
     (splits_while_matching, "must not change the tree"),
@@ -225,3 +225,156 @@ def test_the_graders_seeds_rename_the_visible_tokens():
         r = check_exercise(ex_match.SPEC, visible_table, seed=seed, record=False)
         assert r.part_score("main") == 0, repr(r)
         assert check_exercise(ex_match.SPEC, notebook_solution(), seed=seed, record=False).passed
+
+
+# -- issue 20: the messages name the misconception; the optional step 01.2 in SGLang's semantics -------
+
+
+def first_hit(root, tokens):
+    """Stops at the first node that holds a value."""
+    node, i = root, 0
+    while i < len(tokens) and tokens[i] in node.children:
+        child = node.children[tokens[i]]
+        j = common_prefix_len(child.key, tokens[i:])
+        if j < len(child.key):
+            break
+        i, node = i + j, child
+        if child.value is not None:
+            return i, child.value
+    return 0, None
+
+
+def nodes_counted(root, tokens):
+    """Counts nodes instead of tokens."""
+    node, i, depth, hit = root, 0, 0, (0, None)
+    while i < len(tokens) and tokens[i] in node.children:
+        child = node.children[tokens[i]]
+        j = common_prefix_len(child.key, tokens[i:])
+        if j < len(child.key):
+            break
+        i, node, depth = i + j, child, depth + 1
+        if child.value is not None:
+            hit = (depth, child.value)
+    return hit
+
+
+def wrong_value(root, tokens):
+    """The right length, the root's child's value."""
+    hit_len, _ = notebook_solution()(root, tokens)
+    first = next(iter(root.children.values()), None)
+    return hit_len, (None if first is None or hit_len == 0 else ("other", first.value))
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (counts_partial_edges, "your match stopped inside an edge and returned its value"),
+    (last_node_reached, "it holds no value (value is None)"),
+    (first_hit, "you stopped at the first node holding a value"),
+    (trusts_the_edge, "you compared only the first token of an edge"),
+    (nodes_counted, "hit_len counts nodes, not tokens"),
+    (wrong_value, "the length is right but the value is not"),
+    (no_child_check, "KeyError"),
+    (splits_while_matching, "must not change the tree"),
+])
+def test_each_wrong_answer_is_named_by_its_misconception(wrong, says):
+    result = check_match_prefix(wrong, record=False)
+    assert not result.passed and not result.not_done and result.score < result.max_score
+    assert says in repr(result), repr(result)
+
+
+def test_the_exercise_gives_a_specification_not_pseudo_code():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    i = next(k for k, c in enumerate(nb.cells) if c.source.startswith("## Exercise 01.1"))
+    text = nb.cells[i].source
+    assert "**Inputs.**" in text and "**Output.**" in text and "**Invariants.**" in text and "| query |" in text
+    assert "node, i = root, 0" not in text and "while " not in text
+    hints = [c.source for c in nb.cells[i + 1:i + 4]]
+    assert all(h.startswith("<details><summary>Hint") for h in hints)
+    assert "Hint 1: the idea" in hints[0] and "Hint 2: the structure" in hints[1]
+
+
+from radixlab.course import ex_match_slots  # noqa: E402
+from radixlab.course.ex_match_slots import check_match_slots  # noqa: E402
+
+
+def notebook_match_slots():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "def match_slots(" in c.source]
+    ns = {}
+    exec("from radixlab.mem_cache import RadixKey\n" + strip_markers(cell.source), ns)
+    return ns["match_slots"]
+
+
+def slots_no_split(root, key, split):
+    node, slots = root, []
+    while len(key) > 0 and (child := node.children.get(key.child_key())) is not None:
+        n = child.key.match(key)
+        if n < len(child.key):
+            break
+        slots += child.value.tolist()
+        node, key = child, key[n:]
+    return slots, node
+
+
+def slots_last_node_only(root, key, split):
+    _, node = notebook_match_slots()(root, key, split)
+    return (node.value.tolist() if node.parent is not None else []), node
+
+
+def slots_whole_partial_edge(root, key, split):
+    node, slots = root, []
+    while len(key) > 0 and (child := node.children.get(key.child_key())) is not None:
+        n = child.key.match(key)
+        slots += child.value.tolist()
+        if n < len(child.key):
+            return slots, child
+        node, key = child, key[n:]
+    return slots, node
+
+
+def slots_returns_the_parent(root, key, split):
+    node, slots = root, []
+    while len(key) > 0 and (child := node.children.get(key.child_key())) is not None:
+        n = child.key.match(key)
+        if n < len(child.key):
+            return slots + split(child, n).value.tolist(), node
+        slots += child.value.tolist()
+        node, key = child, key[n:]
+    return slots, node
+
+
+def slots_leaf_first(root, key, split):
+    _, node = notebook_match_slots()(root, key, split)
+    out, walk = [], node
+    while walk.parent is not None:
+        out += walk.value.tolist()
+        walk = walk.parent
+    return out, node
+
+
+def test_01_2_reference_passes_and_blank_is_not_done():
+    result = check_match_slots(notebook_match_slots(), record=False)
+    assert result.passed and result.score == 3, repr(result)
+    assert check_match_slots(lambda root, key, split: (_ for _ in ()).throw(NotImplementedError()), record=False).not_done
+
+
+@pytest.mark.parametrize("wrong, says", [
+    (slots_no_split, "SGLang does not stop at the last boundary: split the edge there"),
+    (slots_last_node_only, "concatenate all of them, root to end"),
+    (slots_whole_partial_edge, "you counted the slots of an edge that only partly matches"),
+    (slots_returns_the_parent, "the hit ends at the node whose edge ends where the hit ends"),
+    (slots_leaf_first, "in path order (root first)"),
+])
+def test_01_2_wrong_answers_are_named(wrong, says):
+    result = check_match_slots(wrong, record=False)
+    assert not result.passed and not result.not_done and result.score < 3
+    assert says in repr(result), repr(result)
+
+
+def test_01_2_is_marked_optional_in_the_notebook_and_its_cases_rename_tokens():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert any(c.source.startswith("## Exercise 01.2 (optional)") for c in nb.cells)
+    assert ex_match_slots.cases(0) == ex_match_slots.cases(0) and ex_match_slots.cases(3) != ex_match_slots.cases(0)
+    for seed in (0, 4):
+        for case in ex_match_slots.cases(seed):
+            want = ex_match_slots.drive(ex_match_slots.reference_match_slots, case.args)
+            assert json.loads(json.dumps(want)) == want

@@ -20,11 +20,12 @@ class Lesson:
 COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 10,
            "prefill cost vs prompt length; a shared system prompt served with and without a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 25,
-           "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B",
-           "adv05"),
-    Lesson("02_cow_split", "Copy-on-write split and ref counts", 20,
-           "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercise: the split", "adv05"),
+    Lesson("01_radix_tree", "The radix tree", 35,
+           "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B, "
+           "optional exercise: the match in SGLang's semantics", "adv05"),
+    Lesson("02_cow_split", "Copy-on-write split and ref counts", 40,
+           "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercises: the seed's split and "
+           "SGLang's _split_node, ref vs lock_ref", "adv05"),
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), structure, granularity",
            "adv05 + lesson 4"),

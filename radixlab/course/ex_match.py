@@ -56,11 +56,10 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
             continue
         if g and g[0] == "not a pair":
             return f"match_prefix(root, {q}) must return a pair (hit_len, hit_val), got {g[1]!r}"
-        hint = ""
-        if isinstance(g[0], int) and g[0] > w[0]:
-            hint = ("\n   A hit ends after a whole edge, at a node that holds a value: did you count a partial edge, "
-                    "or a node whose value is None?")
-        elif isinstance(g[0], int) and g[0] < w[0]:
+        from .answers_match import diagnose  # the grader's (or the check cell's) process, never the executor
+        named = diagnose(build_tree(args["requests"]).root, q, g, w)
+        hint = f"\n   {named}." if named else ""
+        if not named and isinstance(g[0], int) and g[0] < w[0]:
             hint = "\n   Keep walking while whole edges agree, and remember the deepest node that holds a value."
         return (f"match_prefix(root, {q}) returned {tuple(g)}, expected {tuple(w)}.{hint}\n"
                 f"The tree (requests {args['requests']}, request i holds 'KV<i>'):\n{want['tree']}")

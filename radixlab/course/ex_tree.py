@@ -106,6 +106,43 @@ def drive(split: SplitFn, args: dict) -> dict:
     return {"tree": snapshot(tree.root), "matches": [plain(tree.match_prefix(t)) for t in args["requests"]]}
 
 
+MISTAKES = {
+    "children": "the suffix child must take over the node's children (the same child objects): everything below "
+                "the cut now hangs below the suffix",
+    "ref": "the suffix child inherits the node's ref: every path that went through the old node goes on through it",
+    "prefix value": "the prefix node keeps no value after the split (value=None: in the teaching tree only the node "
+                    "where a request ended holds KV); the value moves to the suffix child",
+    "suffix value": "the suffix child takes over the node's value (the KV of the whole old prefix)",
+    "fork token": "the prefix node's only child must sit under the split token, node.key[idx], read before the key "
+                  "is truncated",
+    "direction": "the teaching tree's split keeps the prefix in the original node and returns a new suffix child "
+                 "(SGLang's _split_node does the opposite: that is exercise 02.2)",
+    "one child": "after the split the prefix node has exactly one child, the suffix; its old children now hang "
+                 "below the suffix, not beside it",
+    "key": "the node keeps node.key[:idx], the suffix child gets node.key[idx:]",
+}
+
+
+def name_mistake(where: str) -> str:
+    """The misconception behind a ``first_difference`` text, in words ('' when none is known)."""
+    if "children keyed" in where:
+        import ast
+        got_keys, want_keys = (ast.literal_eval(part.strip()) for part in
+                               where.split("children keyed", 1)[1].split(", expected"))
+        if not got_keys:
+            return MISTAKES["children"]
+        if set(want_keys) < set(got_keys):
+            return MISTAKES["one child"]
+        return MISTAKES["fork token"]
+    if ": ref is" in where:
+        return MISTAKES["ref"]
+    if ": value is" in where:
+        return MISTAKES["suffix value"] if "is None" in where.split(": value")[1] else MISTAKES["prefix value"]
+    if ": key is" in where:
+        return MISTAKES["key"]
+    return ""
+
+
 def compare(got: dict, want: dict, args: dict) -> str | None:
     if got == want:
         return None
@@ -113,18 +150,25 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
         if got["returned"] is None:
             return "split must return the new suffix child, got None"
         key, idx = args.get("key", DIRECT_KEY), args.get("idx", 2)
+        head = f"split(node, {idx}) on key {list(key)}"
+        if got["node"]["key"] == want["returned"]["key"] or got["returned"]["key"] == want["node"]["key"]:
+            return f"{head}: {MISTAKES['direction']}"
+        if want["returned"]["children"] and not got["returned"]["children"] and not got["keeps_original_children"]:
+            return f"{head}: {MISTAKES['children']}"
         for what, field in (("the prefix node (the node you split)", "node"), ("the returned suffix child", "returned")):
             where = first_difference(got[field], want[field], "it")
             if where:
-                return f"split(node, {idx}) on key {list(key)}: {what} differs {where}"
+                named = name_mistake(where)
+                return f"{head}: {what} differs {where}" + (f".\n   {named}" if named else "")
         if not got["child_A_is_returned"]:
-            return f"the prefix node's only child, under the split token {key[idx]!r}, must be the returned suffix"
-        return "the suffix must inherit the original children (the same child objects)"
+            return f"{head}: the prefix node's only child, under the split token {key[idx]!r}, must be the returned suffix"
+        return f"{head}: {MISTAKES['children']}"
     replay = " then ".join(str(r) for r in args["requests"])
     where = first_difference(got["tree"], want["tree"])
     if where:
-        return (f"inserting {replay}: the tree differs {where}.\n"
-                f"expected:\n{render(want['tree'])}\ngot:\n{render(got['tree'])}")
+        named = name_mistake(where)
+        return (f"inserting {replay}: the tree differs {where}." + (f"\n   {named}." if named else "") +
+                f"\nexpected:\n{render(want['tree'])}\ngot:\n{render(got['tree'])}")
     for tokens, g, w in zip(args["requests"], got["matches"], want["matches"]):
         if g != w:
             return f"inserting {replay}: match_prefix({tokens}) returned {g!r}, expected {w!r}"
