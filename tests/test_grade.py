@@ -583,3 +583,13 @@ def test_grade_on_a_system_without_posix_process_control_says_so(monkeypatch, ca
     monkeypatch.delattr(os, "killpg")
     assert grade.main(["nothing.ipynb"]) == 2
     assert "needs a POSIX system" in capsys.readouterr().err
+
+
+def test_an_optional_exercise_is_graded_but_counts_in_no_total(tmp_path):
+    """01.2 is for students who finish early: skipping it costs nothing; its row still says what it scored."""
+    path = lesson_with("match_prefix")
+    report = grade.grade_submission(path, grade.load_lesson(path), seed=1)
+    rows = {r["exercise"]: r for r in report["exercises"]}
+    assert rows["01.2"]["optional"] and not rows["01.1"]["optional"]
+    assert report["auto_max"] == sum(r["max_points"] for r in report["exercises"] if r["exercise"] != "01.2")
+    assert "counted in no total" in grade.format_report(report)

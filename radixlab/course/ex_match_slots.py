@@ -116,7 +116,7 @@ def cases(seed: int = 0) -> list[GradedCase]:
 
 
 SPEC = ExerciseSpec(
-    id="01.2", title="match_slots, SGLang's semantics (optional)", function="match_slots", check="check_match_slots",
+    id="01.2", optional=True, title="match_slots, SGLang's semantics (optional)", function="match_slots", check="check_match_slots",
     reference=reference_match_slots, drive=drive, cases=cases, compare=compare,
     forbidden=("match_prefix", "_match_prefix_helper", "reference_match_slots"),
     # absent from the grader's executor: every walk that answers a match in SGLang's semantics

@@ -58,7 +58,7 @@ def _code_cells(sub: nbformat.NotebookNode) -> list[tuple[int, str]]:
 
 
 def _row(exp: Exercise, rubric: dict) -> dict:
-    return {"exercise": exp.id, "title": exp.title, "check": exp.check, "points": 0.0,
+    return {"optional": bool(exp.spec and exp.spec.optional), "exercise": exp.id, "title": exp.title, "check": exp.check, "points": 0.0,
             "max_points": rubric["main"] + rubric["boundary"], "manual_points_max": rubric["mapping"],
             "main_path": 0.0, "boundary": 0.0, "status": "", "reason": "", "check_score": 0.0,
             "check_max_score": rubric["main"] + rubric["boundary"], "cases": [], "findings": [], "notes": []}
@@ -178,9 +178,10 @@ def grade_submission(path: Path, lesson: Lesson | None, cell_timeout: float = 60
         report["questions"].append({"label": q.label, "question": q.prompt, "status": status, "answer": answer,
                                     "max_points": rubric["question"] if q.points is None else q.points,
                                     "reference": q.reference})
-    auto = sum(r["points"] for r in report["exercises"])
-    auto_max = sum(r["max_points"] for r in report["exercises"])
-    manual_max = sum(r["manual_points_max"] for r in report["exercises"]) + sum(q["max_points"] for q in report["questions"])
+    counted = [r for r in report["exercises"] if not r.get("optional")]  # optional ones count in no total
+    auto = sum(r["points"] for r in counted)
+    auto_max = sum(r["max_points"] for r in counted)
+    manual_max = sum(r["manual_points_max"] for r in counted) + sum(q["max_points"] for q in report["questions"])
     report.update(auto_points=round(auto, 2), auto_max=auto_max, manual_max=manual_max, total_max=auto_max + manual_max,
                   pass_mark=round(rubric["pass_fraction"] * (auto_max + manual_max), 2))
     return report

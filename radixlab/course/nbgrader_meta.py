@@ -45,7 +45,7 @@ def _exercise_of_check(source: str) -> str | None:
     """The exercise id whose check this code cell calls, if any."""
     for name in CHECK_CALL.findall(source):
         spec = by_check(name)
-        if spec is not None:
+        if spec is not None and not spec.optional:  # an optional exercise is no nbgrader test
             return spec.id
     return None
 

@@ -47,7 +47,7 @@ def format_report(rep: dict) -> str:
     rows = [("item", "kind", "points", "notes")]
     for r in rep["exercises"]:
         mark = {"passed": "✅", "failed": "❌", "not done": "⏳"}.get(r["status"], "⛔")
-        rows.append((f"Exercise {r['exercise']} {r['title']}", "code", f"{r['points']:g}/{r['max_points']:g}",
+        rows.append((f"Exercise {r['exercise']} {r['title']}", "optional" if r.get("optional") else "code", f"{r['points']:g}/{r['max_points']:g}",
                      f"{mark} {r['status']}" + (f": {_short(r['reason'], 90)}" if r["reason"] else "")))
         if r["status"] in ("passed", "failed"):
             rows.append(("  main path (seed asserts)", "", f"{r['main_path']:g}", ""))
@@ -57,7 +57,10 @@ def format_report(rep: dict) -> str:
                     rows.append((f"    ✗ {_short(c['name'], 50)}", "", f"0/{c['points']:g}", _short(c["message"], 90)))
         for note in r.get("notes", []):
             rows.append(("  note", "", "", note))
-        rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
+        if r.get("optional"):
+            rows.append(("  (optional: counted in no total)", "", "", ""))
+        else:
+            rows.append(("  mapping to source objects", "manual", f"_/{r['manual_points_max']:g}", "mark by hand"))
     for q in rep["questions"]:
         rows.append((f"{q['label']} {_short(_question_text(q), 40)}", "written", f"_/{q['max_points']:g}",
                      q["status"] if q["status"] != "answered" else f"answered ({len(q['answer'].split())} words)"))

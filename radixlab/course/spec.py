@@ -69,6 +69,7 @@ class ExerciseSpec:
     answer_imports: tuple[str, ...] = ()  # radixlab modules an answer may import besides the drive's (stripped too)
     compare: Callable[[Any, Any, Any], str | None] | None = None  # (got, want, args) -> message, None if right
     time_limit: float = 10.0  # seconds per case
+    optional: bool = False  # graded and reported, but counted in no total (an exercise for who finishes early)
 
     @property
     def lesson(self) -> str:
