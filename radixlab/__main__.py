@@ -80,7 +80,12 @@ def _fetch_model(args: argparse.Namespace) -> int:
 def _fetch_sglang(args: argparse.Namespace) -> int:
     from .sglang_ref import main as fetch_main
 
-    return fetch_main((["--quiet"] if args.quiet else []) + (["--check"] if args.check else []))
+    rc = fetch_main((["--quiet"] if args.quiet else []) + (["--check"] if args.check else []))
+    if rc == 0 and args.cpp:
+        from .sglang_cpp import main as build_main
+
+        rc = build_main([] if args.quiet else ["--verbose"])
+    return rc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                        "into $RADIXLAB_CACHE (default ~/.cache/radixlab)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--check", action="store_true", help="also import its RadixCache and print what was loaded")
+    p.add_argument("--cpp", action="store_true", help="also build its experimental C++ radix tree once into the cache "
+                   "(g++ and ninja; ~2 min; bench tree's sglang-cpp lane)")
     p.set_defaults(fn=_fetch_sglang)
     args = parser.parse_args(argv)
     try:

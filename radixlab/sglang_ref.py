@@ -13,6 +13,7 @@ modules defined below (none of it runs on the paths we call: metrics and KV even
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import subprocess
@@ -21,7 +22,7 @@ import types
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 SGLANG_VERSION = "0.5.17"
 REAL_MODULES = ("radix_cache", "base_prefix_cache", "cache_init_params", "events", "utils", "evict_policy")
@@ -173,6 +174,33 @@ class RecordingAllocator:
             self.free(indices)
 
 
+@contextlib.contextmanager
+def stubbed_sglang(root: Path, extra: dict[str, dict[str, Any]] | None = None) -> Iterator[dict]:
+    """Make ``sglang.*`` importable from the unpacked wheel at ``root`` for the ``with`` body, with
+    the stub modules (and ``extra`` ones); yields ``sys.modules``. Afterwards every ``sglang``
+    module leaves ``sys.modules`` again (the imported module objects stay alive)."""
+    real = root / "sglang"
+    if any(m == "sglang" or m.startswith("sglang.") for m in sys.modules):
+        raise RuntimeError("an sglang module is already imported in this process: cannot load the reference")
+    try:
+        # Packages whose __init__ must not run (they import the server): empty modules whose
+        # __path__ points into the unpacked wheel, so the real files below them import normally.
+        for name, path in (("sglang", real), ("sglang.srt", real / "srt"),
+                           ("sglang.srt.mem_cache", real / "srt" / "mem_cache")):
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(path)]
+            sys.modules[name] = mod
+        for name, attrs in {**_stub_modules(), **(extra or {})}.items():
+            mod = types.ModuleType(name)
+            mod.__dict__.update(attrs)
+            mod.__path__ = []  # importable as a package too
+            sys.modules[name] = mod
+        yield sys.modules
+    finally:
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            del sys.modules[name]  # keep the process clean; our module objects stay alive
+
+
 _LOADED: SGLangRadix | None = None
 
 
@@ -183,36 +211,16 @@ def load() -> SGLangRadix:
         return _LOADED
     root = unpacked_dir()
     real = root / "sglang"
-    if any(m == "sglang" or m.startswith("sglang.") for m in sys.modules):
-        raise RuntimeError("an sglang module is already imported in this process: cannot load the reference")
-    made: list[str] = []
-    try:
-        # Packages whose __init__ must not run (they import the server): empty modules whose
-        # __path__ points into the unpacked wheel, so the real files below them import normally.
-        for name, path in (("sglang", real), ("sglang.srt", real / "srt"),
-                           ("sglang.srt.mem_cache", real / "srt" / "mem_cache")):
-            mod = types.ModuleType(name)
-            mod.__path__ = [str(path)]
-            sys.modules[name] = mod
-            made.append(name)
-        for name, attrs in _stub_modules().items():
-            mod = types.ModuleType(name)
-            mod.__dict__.update(attrs)
-            mod.__path__ = []  # importable as a package too
-            sys.modules[name] = mod
-            made.append(name)
+    with stubbed_sglang(root) as modules:
         rc = importlib.import_module("sglang.srt.mem_cache.radix_cache")
         bpc = importlib.import_module("sglang.srt.mem_cache.base_prefix_cache")
         cip = importlib.import_module("sglang.srt.mem_cache.cache_init_params")
         real_files = {}
         for m in REAL_MODULES:
-            f = Path(sys.modules[f"sglang.srt.mem_cache.{m}"].__file__).resolve()
+            f = Path(modules[f"sglang.srt.mem_cache.{m}"].__file__).resolve()
             if not f.is_relative_to(real.resolve()):
                 raise RuntimeError(f"sglang.srt.mem_cache.{m} did not come from the wheel ({f})")
             real_files[m] = str(f)
-    finally:
-        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
-            del sys.modules[name]  # keep the process clean; our module objects stay alive
     version = "?"
     for meta in root.glob("sglang-*.dist-info/METADATA"):
         for line in meta.read_text().splitlines():

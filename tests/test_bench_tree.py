@@ -12,7 +12,7 @@ from radixlab.sim.workloads import ReferenceTreeWorkload
 
 def test_small_run_has_every_section_and_agrees():
     rec = bt.run(prompts=4, turns=3, ops=20, evict_reps=1, growth_sizes=(200,), growth_ops=10,
-                 use_sglang=False, progress=False, timeit_number=2)
+                 use_sglang=False, progress=False, timeit_number=2, use_cpp=False)
     assert rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"])
     ops = rec["reference"]["ops"]
     for op in ("full-hit match (key)", "full-hit match (list)", "system-prompt hit (key)", "miss (list)",
@@ -34,25 +34,17 @@ def test_small_run_has_every_section_and_agrees():
                            "insert (key), C-level", "insert (key), bare Python", "full-hit match (list)",
                            "system-prompt hit (list)", "miss (list)", "insert (list)"}
     assert all(us > 0 and ratio > 0 for us, ratio in floors.values())
-    rows = {r["op"]: r for r in bt.targets(rec, base="readable")}
-    assert set(rows) == {op for op, _, _ in bt.TARGETS}
-    for r in rows.values():
-        assert r["met"] == (r["ratio"] <= r["target"])
-    assert rows["insert (key)"]["floor"] == "insert (key), bare Python" and rows["insert (key)"]["floor_ratio"] > 0
-    sys_list = rows["system-prompt hit (list)"]
-    built = ops["system-prompt hit (key)"]["fast"]["median_us"] / ops["system-prompt hit (list)"]["readable"]["median_us"]
-    assert sys_list["floor_with_walk"] == pytest.approx(sys_list["floor_ratio"] + built)
-    assert rows["miss (key)"]["floor"] is None
-    wall = {"op": "x", "target": 0.3, "ratio": 0.4, "met": False, "floor": "f", "floor_ratio": 0.35}
-    room = dict(wall, floor_ratio=0.25)
-    listed = dict(wall, floor_ratio=0.1, floor_with_walk=0.32)
-    verdicts = bt.target_verdicts([wall, room, listed, dict(wall, met=True), dict(wall, floor_ratio=None)])
-    assert len(verdicts) == 3 and "out of reach" in verdicts[0] and "out of reach" in verdicts[2]
-    assert "room above the floor 0.05x" in verdicts[1] and "spends 0.15x" in verdicts[1]
-    lines = bt.format_targets(list(rows.values()))
-    assert len(lines) == len(rows) + 1 and all(("met" in x) != ("MISS" in x) for x in lines[1:])
+    rows = {r["op"]: r for r in bt.standing(rec)}  # the fast tree against its floors (no SGLang side here)
+    assert set(rows) == {op for op, _ in bt.STANDING} and all(r["vs"] == {} for r in rows.values())
+    insert = rows["insert (key)"]
+    assert insert["floor"] == "insert (key), bare Python" and insert["floor_us"] > 0
+    assert insert["over_floor"] == pytest.approx(insert["us"] / insert["floor_us"])
+    assert rows["miss (key)"]["floor"] is None and rows["miss (key)"]["over_floor"] is None
+    assert rec["env"]["cpp_skipped"] == "left out (--no-cpp)" and "native" not in rec
     text = bt.format_record(rec)
     assert "fast/readable" in text and "Growing trees" in text and "same run: torch.cat" in text
+    assert "Targets" not in text and "MISS" not in text and "<=0.3x" not in text  # issue 11's targets are retired
+    assert "## SGLang's C++ tree: skipped. left out (--no-cpp)" in text
 
 
 def test_floor_lanes_do_the_work_they_name_and_leave_the_tree_alone():
@@ -125,6 +117,8 @@ def test_reference_workload_shape():
 def test_saved_record_is_complete():
     rec = bt.load_record()
     assert rec["reference"]["agree"] and rec["reference"]["nodes"] == 5100
+    text = bt.format_record(rec)  # a record saved before the C++ lane existed still prints
+    assert "## The fast tree against its floors" in text and "Targets" not in text
     assert {"fast", "readable"} <= set(rec["env"]["sides"])
     assert max(g["nodes"] for g in rec["growth"]) >= 100_000  # the notebook's "from the saved record" points
     assert rec["yardstick"]["bytes_eq_ns"] > 0
@@ -239,7 +233,8 @@ def test_page_faults_are_counted_per_timed_call_after_the_warm_up(monkeypatch):
     assert faults == pytest.approx(1000 / 10)
 
 
-def test_targets_floors_and_the_skipped_copy_on_a_record_built_by_hand():
+def test_retired_targets_still_read_for_notebook_11_and_the_skipped_copy():
+    """Issue 11's targets are retired from the report; their helpers stay for notebook 11's cells."""
     def med(us):
         return {"median_us": us, "p90_us": us}
     rec = {"reference": {
@@ -363,3 +358,56 @@ def test_bench_tree_imports_and_times_without_resource(monkeypatch):
     assert faults == 0
     monkeypatch.undo()
     importlib.reload(timing)  # the module as the other tests know it
+
+
+def _med(us):
+    return {"median_us": us, "p90_us": us}
+
+
+def test_standing_reads_the_fast_tree_against_its_floors_and_both_sglang_trees():
+    rec = {"env": {"sides": ["fast", "sglang", bt.CPP]}, "reference": {
+        "ops": {"full-hit match (key)": {"fast": _med(4), "sglang": _med(10), bt.CPP: _med(16)},
+                "insert (key)": {"fast": _med(9), "sglang": _med(20)},
+                "miss (list)": {"fast": _med(1)}},
+        "floors": {bt.FLOOR_BARE_MATCH: _med(2)}}}
+    rows = {r["op"]: r for r in bt.standing(rec)}
+    assert set(rows) == {"full-hit match (key)", "insert (key)"}  # miss (list) is not read
+    full = rows["full-hit match (key)"]
+    assert full["vs"] == {"sglang": pytest.approx(0.4), bt.CPP: pytest.approx(0.25)}
+    assert full["floor_us"] == 2 and full["over_floor"] == pytest.approx(2.0)
+    assert rows["insert (key)"]["vs"] == {"sglang": pytest.approx(0.45)} and rows["insert (key)"]["floor"] is None
+    lines = bt.format_standing(list(rows.values()))
+    assert "0.40x" in lines[1] and "0.25x" in lines[1] and "the call 2.00x that" in lines[1]
+    assert lines[2].split()[-1] == "-"  # no C++ figure for the insert
+
+
+def _native_record():
+    forms = {"full-hit match": {"fast: key built": _med(2), "sglang-cpp: the binding alone, a list": _med(10)}}
+    threads = {"threads": [1, 2], "calls_per_thread": 5, "rate_per_s": {"x": [100.0, 110.0]},
+               "scaling": {"x": [1.0, 1.1]}}
+    return {"env": {"cpp_skipped": None}, "native": {"ops": forms, "agree": True, "threads": threads}}
+
+
+def test_format_native_prints_the_lane_or_why_it_was_skipped():
+    lines = bt.format_native(_native_record())
+    text = "\n".join(lines)
+    assert "10.0 /   10.0 us   5.00x" in text and "| 1.00x | 1.10x | 100 |" in text
+    assert "results agree across lanes: True" in text
+    skipped = bt.format_native({"env": {"cpp_skipped": "no C++ compiler found; install g++"}})
+    assert skipped == ["", "## SGLang's C++ tree: skipped. no C++ compiler found; install g++"]
+    assert bt.format_native({"env": {}}) == []  # a record saved before the lane existed
+
+
+def test_thread_scaling_counts_calls_per_second_per_thread_count():
+    seen = []
+    out = bt.thread_scaling({"noop": (seen.append, lambda k: list(range(k)))}, threads=(1, 3), calls=20, reps=2)
+    assert out["threads"] == [1, 3] and len(seen) == 2 * (1 + 3) * 20  # every thread made all its calls
+    assert out["scaling"]["noop"][0] == 1.0 and len(out["rate_per_s"]["noop"]) == 2
+    assert all(r > 0 for r in out["rate_per_s"]["noop"])
+
+
+def test_cli_rejects_bad_thread_counts(capsys):
+    for bad in ("0", "a,b", ""):
+        with pytest.raises(SystemExit):
+            bt.main(["--threads", bad])
+        assert "--threads" in capsys.readouterr().err

@@ -7,7 +7,9 @@ while timing; medians and p90s, ratios from the same run. Sections:
 1. the reference workload (``sim.workloads.ReferenceTreeWorkload``: 100 system prompts x 50 turns):
    full-hit match, system-prompt hit, miss, insert, each with the key built beforehand and from
    a plain token list (SGLang handed the ``array('q')`` its ``Req`` holds), evict-everything and
-   build time; SGLang 0.5.17's own RadixCache joins when its wheel is cached (``fetch-sglang``).
+   build time; SGLang 0.5.17's own RadixCache joins when its wheel is cached (``fetch-sglang``), and
+   so does its experimental C++ tree (``sglang-cpp``, built once from the wheel by ``radixlab.sglang_cpp``;
+   skipped, saying how to enable it, without a compiler or ninja).
    Floor lanes run in the same interleaved loops (``FLOOR_*``: the C-level work of a full hit and
    of an insert, a bare Python walk and insert, packing a list), and ``targets`` reads each of
    radixlab's targets against the floor under it;
@@ -17,7 +19,11 @@ while timing; medians and p90s, ratios from the same run. Sections:
 4. memory: bytes per cached token of the tree (tracemalloc for Python objects,
    ``untyped_storage().nbytes()`` for index tensors) vs the KV bytes those tokens occupy.
 
-The measuring lives in ``tree_timing`` (sides, the interleaved loop), ``tree_ops`` (sections 1-2)
+5. the C++ lane (``tree_native``): the C++ tree by input form, and N threads matching vs one
+   (does the binding release the GIL?), for it and for radixlab's fast tree.
+
+The fast tree's figures are read against its floors and against SGLang's trees (``standing``);
+issue 11's targets are retired. The measuring lives in ``tree_timing`` (sides, the interleaved loop), ``tree_ops`` (sections 1-2)
 and ``tree_costs`` (3-5), the printout in ``tree_report``; this module runs them and holds the CLI.
 Runs on Windows too (no page-fault counts there: ``tree_timing.minor_faults``).
 """
@@ -45,25 +51,42 @@ from .tree_ops import (FLOOR_BARE_INSERT, FLOOR_BARE_MATCH, FLOOR_BARE_WALK, FLO
                        evict_and_build, growth, op_table, pack_floor)
 from .tree_report import (FLOOR_OPS, LADDERS, TARGETS, bytes_eq_target, floor_ratios, format_ladders,  # noqa: F401
                           format_record, format_targets, ratio_rows, skipped_copy, target_verdicts, targets)
-from .tree_timing import HUGE, Side, build, interleaved, minor_faults, radixlab_side, sglang_side, stats  # noqa: F401
+from .tree_native import BINDING, CONTROL, input_forms, native_section, thread_scaling  # noqa: F401
+from .tree_report import STANDING, format_native, format_standing, standing  # noqa: F401
+from .tree_timing import (CPP, HUGE, Side, build, interleaved, minor_faults, radixlab_side, sglang_cpp_side,  # noqa: F401
+                          sglang_side, stats)
 
 RECORD = Path(__file__).parent / "records" / "tree.json"
 
 
 def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 3,
         growth_sizes: Sequence[int] = (1000, 10000), growth_ops: int = 300, use_sglang: bool = True,
-        seed: int = 0, progress: bool = True, timeit_number: int = 200) -> dict:
+        seed: int = 0, progress: bool = True, timeit_number: int = 200, use_cpp: bool = True,
+        threads: Sequence[int] = (1, 2, 4), thread_calls: int = 1000) -> dict:
     """Everything ``bench tree`` measures, as one JSON-able record."""
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if progress else (lambda *a: None)
     sides = [radixlab_side("fast"), radixlab_side("readable")]
     sg = sglang_side() if use_sglang else None
     if sg is not None:
         sides.append(sg)
+    cpp, cpp_skipped = None, None if use_cpp else "left out (--no-cpp)"
+    if use_cpp:
+        from .. import sglang_cpp
+
+        if sglang_cpp.unavailable_reason(build=False):
+            say("building SGLang's C++ radix tree once into the course cache (about 2 minutes on 2 cores)")
+        made = sglang_cpp_side(build=True)
+        cpp, cpp_skipped = (made, None) if isinstance(made, Side) else (None, made)
+        if cpp is not None:
+            sides.append(cpp)
+        else:
+            say(f"SGLang's C++ tree skipped: {cpp_skipped}")
     from .. import sglang_ref
 
     rec: dict = {"env": {"python": sys.version.split()[0], "torch": torch.__version__, "platform": platform.platform(),
                          "cpus": os.cpu_count(), "loadavg_start": _loadavg(),
                          "sides": [s.name for s in sides], "sglang": sglang_ref.SGLANG_VERSION if sg else None,
+                         "cpp_skipped": cpp_skipped,
                          "prompts": prompts, "turns": turns, "ops": ops, "seed": seed}}
     t0 = time.perf_counter()
     wl = ReferenceTreeWorkload(prompts, turns, seed=seed)
@@ -76,6 +99,9 @@ def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 
     rec["reference"]["agree"] = rec["reference"]["agree"] and eb["agree"]
     rec["reference"]["nodes"] = prompts * (turns + 1)
     rec["yardstick"] = yardstick(reqs, wl.system_len)
+    if cpp is not None:
+        say("the C++ lane: input forms and threads")
+        rec["native"] = native_section(cpp, sides[0], wl, reqs, ops, threads, thread_calls)
     say("memory")
     rec["memory"] = [tree_memory(reqs, "fast"), tree_memory(reqs[: max(1, len(reqs) // 5)], "readable")]
     del reqs
@@ -104,22 +130,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true", help="add a 100,000-node tree to the growth section")
     ap.add_argument("--growth-ops", type=int, default=300)
     ap.add_argument("--no-sglang", action="store_true", help="leave SGLang's RadixCache out even if its wheel is cached")
+    ap.add_argument("--no-cpp", action="store_true", help="leave SGLang's C++ tree out (else built once, ~2 min)")
+    ap.add_argument("--threads", default="1,2,4", help="thread counts of the GIL test (the first is the baseline)")
+    ap.add_argument("--thread-calls", type=int, default=1000, help="matches per thread in the GIL test")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the record here")
     ap.add_argument("--save", action="store_true", help=f"write the record notebook 11 reads ({RECORD.name})")
     args = ap.parse_args(argv)
-    for name in ("prompts", "turns", "ops", "evict_reps", "growth_ops"):
+    for name in ("prompts", "turns", "ops", "evict_reps", "growth_ops", "thread_calls"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     sizes = [int(s) for s in args.growth.split(",") if s.strip()] + ([100_000] if args.big else [])
-    rec = run(args.prompts, args.turns, args.ops, args.evict_reps, sizes, args.growth_ops, not args.no_sglang, args.seed)
+    try:
+        threads = [int(n) for n in args.threads.split(",") if n.strip()]
+    except ValueError:
+        ap.error(f"--threads must be comma-separated counts, got {args.threads!r}")
+    if not threads or min(threads) < 1:
+        ap.error(f"--threads must be counts >= 1, got {args.threads!r}")
+    rec = run(args.prompts, args.turns, args.ops, args.evict_reps, sizes, args.growth_ops, not args.no_sglang, args.seed,
+              use_cpp=not args.no_cpp, threads=threads, thread_calls=args.thread_calls)
     print(format_record(rec))
     for path in [args.json] + ([RECORD] if args.save else []):
         if path:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(rec, indent=1))
             print(f"wrote {path}")
-    return 0 if rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"]) else 1
+    native_ok = rec.get("native", {}).get("agree", True)
+    return 0 if rec["reference"]["agree"] and all(g["agree"] for g in rec["growth"]) and native_ok else 1
 
 
 def _loadavg() -> tuple[float, float, float] | None:

@@ -64,7 +64,7 @@ def op_table(sides: list[Side], wl: ReferenceTreeWorkload, reqs: list[list[int]]
                 if form == "key":
                     lanes.append((s.name, (lambda c, s: lambda k: s.match(c, k))(c, s), [s.key(q) for q in qs]))
                 else:
-                    args = [s.native(fresh(q)) if s.name == "sglang" else fresh(q) for q in qs]
+                    args = [s.native(fresh(q)) for q in qs]  # radixlab: a list; SGLang: array("q")
                     lanes.append((s.name, (lambda c, s: lambda a: s.match_native(c, a))(c, s), args))
             if floors:
                 lanes += _floor_lanes(op, form, qs, twin, expect)

@@ -79,6 +79,28 @@ def sglang_side() -> Side | None:
                 lambda c: c.evict(EP(num_tokens=HUGE)).num_tokens_evicted, lambda r: len(r.device_indices))
 
 
+CPP = "sglang-cpp"
+"""The record's name for SGLang's experimental C++ tree, driven through its real caller ``RadixCacheCpp``."""
+
+
+def sglang_cpp_side(build: bool = True) -> Side | str:
+    """SGLang 0.5.17's C++ tree behind ``RadixCacheCpp`` (``radixlab.sglang_cpp``), fed what its caller
+    feeds it: a ``RadixKey`` over the request's ``array('q')``, whose ids the binding converts to a
+    ``std::vector<int32>`` on every match and insert (there is no key to build once). Its ``insert``
+    is ``cache_finished_req``'s ``_insert``. Returns the reason instead when it cannot be loaded."""
+    from .. import sglang_cpp
+
+    try:
+        mod = sglang_cpp.load_cache(build=build)
+    except sglang_cpp.CppTreeUnavailable as exc:
+        return str(exc)
+    RK, MP, EP = mod.RadixKey, mod.MatchPrefixParams, mod.EvictParams
+    return Side(CPP, sglang_cpp.new_cache, lambda toks: RK(array("q", toks)), lambda toks: array("q", toks),
+                lambda c, k: c.match_prefix(MP(key=k)), lambda c, arr: c.match_prefix(MP(key=RK(arr))),
+                lambda c, k, v: c._insert(k, v), lambda c, arr, v: c._insert(RK(arr), v),
+                lambda c: c.evict(EP(num_tokens=HUGE)).num_tokens_evicted, lambda r: len(r.device_indices))
+
+
 def stats(ns: Sequence[float]) -> dict:
     s = sorted(ns)
     n = len(s)
