@@ -39,6 +39,7 @@ class _PartialPageAllocator(TokenToKVPoolAllocator):
         slots = free_index.tolist() if isinstance(free_index, torch.Tensor) else list(free_index)
         pages = {int(s) // self.page_size for s in slots} & self._in_use
         self._in_use.difference_update(pages)
+        self._in_use_mask[list(pages)] = False
         self.free_pages.extend(sorted(pages))
 
 

@@ -39,6 +39,7 @@ class TokenToKVPoolAllocator:
         """Every page free again (in order: page 0 is handed out first)."""
         self.free_pages: list[int] = list(range(self.num_pages))
         self._in_use: set[int] = set()
+        self._in_use_mask = torch.zeros(self.num_pages, dtype=torch.bool)  # the same set, for vector checks
 
     def available_size(self) -> int:
         """Free slots (free pages × page_size)."""
@@ -54,6 +55,7 @@ class TokenToKVPoolAllocator:
             return None
         pages, self.free_pages = self.free_pages[:num], self.free_pages[num:]
         self._in_use.update(pages)
+        self._in_use_mask[pages] = True
         return self._slots_of(pages)
 
     def alloc_extend(self, prefix_len: int, last_loc: int, extend_len: int) -> torch.Tensor | None:
@@ -97,6 +99,7 @@ class TokenToKVPoolAllocator:
             raise ValueError(f"cannot free {what} {not_used[0]}: it is not allocated "
                              "(freed twice, or never handed out)")
         self._in_use.difference_update(pages)
+        self._in_use_mask[pages] = False
         self.free_pages.extend(pages)
 
     def _slots_of(self, pages: list[int]) -> torch.Tensor:
@@ -105,12 +108,14 @@ class TokenToKVPoolAllocator:
         base = torch.tensor(pages, dtype=torch.int64).repeat_interleave(self.page_size) * self.page_size
         return (base + torch.arange(self.page_size).repeat(len(pages))).to(self.device)
 
-    def check_in_use(self, slots: list[int], name: str = "slots") -> None:
-        """Raise ValueError unless every slot lies in a page this allocator handed out."""
-        page = self.page_size
-        pages = set(slots) if page == 1 else {s // page for s in slots}
-        if not pages <= self._in_use:
-            page = min(pages - self._in_use)
+    def check_in_use(self, slots: torch.Tensor | Sequence[int], name: str = "slots") -> None:
+        """Raise ValueError unless every slot (all within the pool) lies in a page this allocator handed out."""
+        t = slots if isinstance(slots, torch.Tensor) and slots.device.type == "cpu" else \
+            torch.as_tensor(slots, dtype=torch.int64).cpu()
+        pages = t if self.page_size == 1 else torch.div(t, self.page_size, rounding_mode="floor")
+        ok = self._in_use_mask[pages]
+        if not bool(ok.all()):
+            page = int(pages[~ok].min())
             raise ValueError(f"{name} holds slot(s) of page {page}, which this allocator has not handed out "
                              "(a free slot, or another pool's)")
 
