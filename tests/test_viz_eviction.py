@@ -91,3 +91,16 @@ def test_lifecycle_frames_take_no_lock_when_no_row_is_free():
         lifecycle_frames(cache, Request("b", [1, 2, 3, 4]))
     assert cache.protected_size() == 0
     cache.check_invariants()
+
+
+def test_lifecycle_frames_decode_real_tokens_and_cache_those_with_kv():
+    """Notebook 05's step "decode": the sampled tokens but the last are fed back (slots, K/V) and cached."""
+    cache = cache_with([1, 2, 3, 4, 5])
+    alloc = cache.token_to_kv_pool_allocator
+    req = Request("B", [1, 2, 3, 9, 9])
+    frames = lifecycle_frames(cache, req, decode=[7, 8, 6])
+    assert len(frames) == 8 and frames[5].caption.startswith("5. decode, 2 step(s)")
+    assert req.output_ids == [7, 8, 6]
+    assert cache.match_prefix([1, 2, 3, 9, 9, 7, 8, 6]).device_indices.numel() == 7  # 6 was never fed back
+    assert "insert adds 4 tokens" in frames[6].caption
+    assert cache.protected_size() == 0 and alloc.available_size() == 32 - 9

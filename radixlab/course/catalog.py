@@ -26,13 +26,15 @@ COURSE = [
     Lesson("02_cow_split", "Copy-on-write split and ref counts", 40,
            "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercises: the seed's split and "
            "SGLang's _split_node, ref vs lock_ref", "adv05"),
-    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
-           "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), structure, granularity",
+    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 35,
+           "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
+           "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
            "adv05 + lesson 4"),
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 25,
            "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
-    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 20,
-           "who owns each KV slot, match → lock → alloc → insert → unlock, chunked prefill, lock_ref (figure 4-1)",
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 35,
+           "who owns each KV slot, match → lock → alloc → decode → insert → unlock, exercise: the hand-over of "
+           "cache_finished_req, chunked prefill, lock_ref vs ref (figure 4-1)",
            "lesson 4"),
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",

@@ -3,7 +3,7 @@
 SGLang keeps these helpers in ``mem_cache/common.py`` (``evict_from_tree_cache``,
 ``release_kv_cache``) and ``mem_cache/allocation.py`` (``alloc_for_extend``), for a whole batch at
 a time; here they take one request, one step each. ``Request`` carries the KV-ownership fields of
-SGLang's ``Req`` (``origin_input_ids``, ``output_ids``, ``fill_ids``, ``extra_key``,
+SGLang's ``Req`` (``origin_input_ids``, ``output_ids``, ``fill_ids`` (v0.5.17 computes it: ``Req.get_fill_ids()``), ``extra_key``,
 ``req_pool_idx``, ``prefix_indices``, ``last_node``, ``cache_protected_len``); the engine's ``Req``
 adds serving fields. Any ``BasePrefixCache`` works:
 

@@ -116,9 +116,12 @@ def evict_frames(cache: RadixCache, requests: Sequence[int], labels: Labels = No
         frames.append(draw_eviction_state(cache, evicted=popped, caption=caption, labels=labels, max_tokens=max_tokens))
     return frames
 
-def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tokens: int = 8) -> list[TreeDrawing]:
-    """One request's life, one frame per step: match → lock → alloc → prefill → insert → unlock.
+def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tokens: int = 8,
+                     decode: Sequence[int] = ()) -> list[TreeDrawing]:
+    """One request's life, one frame per step: match → lock → alloc → prefill (→ decode) → insert → unlock.
 
+    ``decode``: the tokens the model samples, in order; each one but the last is fed back in a decode step
+    (a slot, its K/V written), the last has no K/V when the request finishes (as ``kv_committed_len``).
     Drives the real objects (``radixlab.mem_cache.common``); ``cache`` needs both pools. Mutates both.
     """
     from ..mem_cache import admit, extend, release
@@ -145,12 +148,26 @@ def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tok
     if not extend(req, cache, n_new):
         raise RuntimeError("not enough KV slots for this request even after evicting")
     snap(f"3. alloc {n_new} slots for the new tokens (evicting if short), written into the row")
-    snap("4. prefill + decode: the model writes K/V into those slots (no tree change)")
+    word = (lambda t: str(labels.get(t, t))) if labels else str
+    if not decode:
+        snap("4. prefill: the model writes K/V into those slots (no tree change; no decode steps here)")
+    else:
+        req.output_ids.append(decode[0])
+        snap(f"4. prefill: the model writes K/V into those slots; the last prompt token's logits give the "
+             f"first output token, {word(decode[0])!r} (no tree change)")
+        for token in decode[1:]:
+            if not extend(req, cache, 1):  # the slot of the token this step reads
+                raise RuntimeError("not enough KV slots for a decode step even after evicting")
+            req.output_ids.append(token)
+        fed = ", ".join(repr(word(t)) for t in decode[:-1])
+        snap(f"5. decode, {len(decode) - 1} step(s): each writes the K/V of the token it reads ({fed or 'none'}) "
+             f"and samples the next; the last one, {word(decode[-1])!r}, has no K/V when the request stops")
+    n = 5 + bool(decode)
     before = cache.total_size()
     release(req, cache, on_cached=lambda: snap(
-        f"5. cache_finished_req: insert adds {cache.total_size() - before} tokens, duplicates and tail freed, "
-        "dec_lock_ref: the path is evictable again"))
-    snap("6. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
+        f"{n}. cache_finished_req: insert adds {cache.total_size() - before} tokens (origin_input_ids + output_ids "
+        "with K/V), duplicates and tail freed, dec_lock_ref: the path is evictable again"))
+    snap(f"{n + 1}. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
     return frames
 
 POLICY_STYLE = {"lru": ("#1f77b4", "o", "-"), "lfu": ("#2ca02c", "s", "-"), "fifo": ("#9467bd", "^", "-"),
