@@ -95,7 +95,7 @@ def run_test(test: Callable, bug: str | None) -> dict:
         return {"verdict": "failed", "error": f"AssertionError: {exc}"[:300], "calls": calls}
     except Exception as exc:
         return {"verdict": "raised", "error": f"{type(exc).__name__}: {exc}"[:300], "calls": calls}
-    return {"verdict": "passed", "calls": calls, "returned": None if returned is None else _plain(returned)}
+    return {"verdict": "passed", "calls": calls, "returned": None if returned is None else repr(returned)[:100]}
 
 
 def shorter_calls(calls: list) -> list:
@@ -142,7 +142,7 @@ def compare(got: Any, want: Any, args: dict) -> str | None:
         return None
     answers = "; ".join(_call_text(c) for c in wrong["calls"][:3])
     hint = ""
-    if correct.get("returned") is False or wrong.get("returned") is False:
+    if wrong.get("returned") == "False":
         hint = " Your test *returned* False instead of failing: use `assert`."
     return f"your test passes an implementation that {BUGS[args['bug']]} (it answered: {answers}).{hint}"
 
