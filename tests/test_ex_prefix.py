@@ -340,3 +340,20 @@ def test_the_seed_asserts_cell_keeps_its_three_asserts_and_leaves_the_short_quer
                        'assert longest_cached_prefix([1, 2, 3, 4, 6, 7], "adapter-A", 2) == 6'.replace(
                            '"adapter-A", 2', '"adapter-A", cache, 2'),
                        'assert longest_cached_prefix([1, 2, 3, 4], "adapter-B", cache, 2) == 0']
+
+
+def test_an_endless_test_times_out_and_leaves_no_child():
+    import os
+
+    from radixlab.course import ex_shorter
+    from radixlab.course.spec import check_exercise
+
+    def endless(f):
+        f([1, 2, 3], "base", SEED, 2)
+        while True:
+            pass
+
+    result = check_exercise(ex_shorter.SPEC, endless, record=False, time_limit=0.3)
+    assert all(o.outcome == "timeout" for o in result.outcomes), repr(result)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every forked run was reaped

@@ -10,12 +10,19 @@ but this module is not part of 04.1's executor copy (``ex_prefix`` never imports
 cell of 04.1 rejects a function taken from here.
 
 All implementations are made by one factory (same name, same code), so a test cannot tell them
-apart by name; only their answers differ. A determined student can still read a closure, which is
-no easier than writing the test.
+apart by name, and the grader's seed draws the order in which a case runs them, so a test that counts
+its runs cannot either. What the executor cannot hide is its own process: a test that reads the
+implementation's closure or the caller's frame can tell them apart (a known limit; it takes more
+knowledge of this module than writing the test does).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import signal
+import sys
 from typing import Any, Callable
 
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
@@ -98,6 +105,55 @@ def run_test(test: Callable, bug: str | None) -> dict:
     return {"verdict": "passed", "calls": calls, "returned": None if returned is None else repr(returned)[:100]}
 
 
+def isolate() -> bool:
+    """Fork for each run, except in a live IPython kernel (forking a kernel with its threads is unsafe)."""
+    ipython = sys.modules.get("IPython")
+    return hasattr(os, "fork") and not (ipython is not None and ipython.get_ipython() is not None)
+
+
+def run_test_isolated(test: Callable, bug: str | None) -> dict:
+    """``run_test`` in a forked child, outside a Jupyter kernel (the grader's executor): whatever the
+    test remembers from one run (a counter, a list) is gone at the next, so it cannot count its way to
+    telling the implementations apart. In a kernel (the check cell) it runs in place."""
+    if not isolate():
+        return run_test(test, bug)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: run once, report, leave without cleanup of the parent's state
+        os.close(read_end)
+        try:
+            try:
+                result = run_test(test, bug)
+            except NotImplementedError:
+                result = {"not_done": True}
+            except BaseException as exc:  # noqa: BLE001  SystemExit and the like: a failed run
+                result = {"verdict": "raised", "error": f"{type(exc).__name__}: {exc}"[:300], "calls": []}
+            os.write(write_end, json.dumps(result, default=repr).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    try:
+        while chunk := os.read(read_end, 65536):
+            chunks.append(chunk)
+    finally:  # a timeout in the parent (the case's alarm) must not leave the child running
+        os.close(read_end)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+    try:
+        result = json.loads(b"".join(chunks) or b"null")
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        return {"verdict": "raised", "error": "your test ended its process", "calls": []}
+    if result.get("not_done"):
+        raise NotImplementedError()
+    return result
+
+
 def shorter_calls(calls: list) -> list:
     """The calls whose query is shorter than a cached path of its namespace that it shares a token with."""
     out = []
@@ -108,10 +164,12 @@ def shorter_calls(calls: list) -> list:
 
 
 def drive(fn: Callable, args: dict) -> Any:
-    """Run the student's test on the correct implementation, and on ``args['bug']`` if there is one."""
-    got = {"correct": run_test(fn, None)}
-    if args.get("bug"):
-        got["wrong"] = run_test(fn, args["bug"])
+    """Run the student's test on the correct implementation, and on ``args['bug']`` if there is one,
+    in the case's order (drawn from the grader's seed: a test that counts its runs cannot tell which is which)."""
+    got = {}
+    for which in args.get("order", ["correct", "wrong"]):
+        if which == "correct" or args.get("bug"):
+            got[which] = run_test_isolated(fn, None if which == "correct" else args["bug"])
     return got
 
 
@@ -148,16 +206,23 @@ def compare(got: Any, want: Any, args: dict) -> str | None:
 
 
 def cases(seed: int = 0) -> list[GradedCase]:
-    # The student's test brings its own data, so a grader seed changes nothing: no table to copy.
+    """The student's test brings its own data (no table to copy); a grader seed draws the order in which
+    each case runs the correct and the wrong implementation."""
+    rng = random.Random(seed)
+
+    def catch(bug: str) -> dict:
+        order = ["correct", "wrong"] if seed == 0 else rng.sample(["correct", "wrong"], 2)
+        return {"need": "catch", "bug": bug, "order": order}
+
     return [
         GradedCase("your test passes a correct longest_cached_prefix", {"need": "pass"}, weight=0.5),
         GradedCase("your test asks about a query shorter than a cached path", {"need": "shorter"}, weight=0.5),
         GradedCase("your test fails an implementation that reads past the end of a short query",
-                   {"need": "catch", "bug": "whole_path"}),
+                   catch("whole_path")),
         GradedCase("your test fails one that counts the query's half-filled last page",
-                   {"need": "catch", "bug": "round_up_partial"}, "boundary", weight=0.5),
+                   catch("round_up_partial"), "boundary", weight=0.5),
         GradedCase("your test fails one that does not round down to whole pages",
-                   {"need": "catch", "bug": "no_rounding"}, "boundary", weight=0.5),
+                   catch("no_rounding"), "boundary", weight=0.5),
     ]
 
 
