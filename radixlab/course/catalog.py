@@ -18,8 +18,9 @@ class Lesson:
 
 
 COURSE = [
-    Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 10,
-           "prefill cost vs prompt length; a shared system prompt served with and without a cache", "both"),
+    Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
+           "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
+           "a cache", "both"),
     Lesson("01_radix_tree", "The radix tree", 25,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B",
            "adv05"),
@@ -28,8 +29,9 @@ COURSE = [
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 20,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), structure, granularity",
            "adv05 + lesson 4"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 25,
-           "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
+           "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
+           "EAGLE bigrams, PagedAttention (Q1)", "lesson 4"),
     Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 20,
            "who owns each KV slot, match → lock → alloc → insert → unlock, chunked prefill, lock_ref (figure 4-1)",
            "lesson 4"),
