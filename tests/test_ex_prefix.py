@@ -206,3 +206,154 @@ def test_notebook_exercise_both_editions():
     exec(blank_solutions(src), student)
     assert check_longest_cached_prefix(student["longest_cached_prefix"], record=False).not_done
     assert "# aligned = ______" in blank_solutions(src)  # the student edition shows the variable, as the seed does
+
+
+# -- exercise 04.2: the student's own shorter-query test ---------------------------------------------
+
+from radixlab.course.answers_prefix import reference_test_shorter_query  # noqa: E402
+from radixlab.course.ex_shorter import BUGS, check_shorter_query_test, make_implementation  # noqa: E402
+from radixlab.course.ex_prefix import random_cases  # noqa: E402
+
+SEED = [([1, 2, 3, 4, 5, 9], "base")]
+
+
+def _good_test(f):
+    assert f([1, 2, 3], "base", SEED, 2) == 2
+
+
+def _blank_test(f):
+    raise NotImplementedError()
+
+
+def _passes_everything(f):
+    f([1, 2, 3], "base", SEED, 2)  # calls, never asserts
+
+
+def _never_calls(f):
+    assert True
+
+
+def _uses_the_global(f):
+    assert reference_longest_cached_prefix([1, 2, 3], "base", SEED, 2) == 2  # not its argument
+
+
+def _wrong_expectation(f):
+    assert f([1, 2, 3], "base", SEED, 2) == 3  # forgot to round down
+
+
+def _returns_instead_of_asserting(f):
+    return f([1, 2, 3], "base", SEED, 2) == 2
+
+
+def _not_a_shorter_query(f):
+    assert f([1, 2, 3, 4, 5, 8], "base", SEED, 4) == 4  # the seed's first assert again
+
+
+def _page_aligned_query(f):
+    assert f([1, 2, 3, 4], "base", SEED, 2) == 4  # shorter, but ends on a page boundary
+
+
+def _always_fails(f):
+    f([1, 2, 3], "base", SEED, 2)
+    raise AssertionError("nothing passes")
+
+
+def test_make_implementation_correct_one_agrees_with_the_reference():
+    for case in random_cases(300, seed=3):
+        assert make_implementation(None)(*case) == reference_longest_cached_prefix(*case)
+    with pytest.raises(ValueError, match="bug must be"):
+        make_implementation("nope")
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_each_bug_is_wrong_somewhere(bug):
+    assert any(make_implementation(bug)(*c) != reference_longest_cached_prefix(*c) for c in random_cases(300, seed=5))
+
+
+@pytest.mark.parametrize("bug", ["whole_path", "round_up_partial"])
+def test_short_query_bugs_are_right_on_every_other_query(bug):
+    """They are wrong only when the query is a proper prefix of a cached path: the lesson's missing case."""
+    for q, ns, paths, p in random_cases(500, seed=6):
+        if not any(n == ns and len(q) < len(t) and list(t[:len(q)]) == list(q) for t, n in paths):
+            assert make_implementation(bug)(q, ns, paths, p) == reference_longest_cached_prefix(q, ns, paths, p)
+
+
+def test_reference_test_and_a_students_good_test_score_full_marks():
+    result = check_shorter_query_test(_good_test, record=False)
+    assert result.passed and (result.score, result.max_score) == (3, 3), repr(result)
+    own = check_shorter_query_test(reference_test_shorter_query, record=False)
+    assert own.score == 0 and "write your own" in repr(own)
+
+
+def test_blank_test_is_not_done_yet():
+    result = check_shorter_query_test(_blank_test, record=False)
+    assert result.not_done and repr(result).startswith("⏳ Exercise 04.2")
+
+
+@pytest.mark.parametrize("test, score, message", [
+    (_passes_everything, 1, "your test passes an implementation that returns the whole cached path"),
+    (_never_calls, 0, "never calls the `longest_cached_prefix` it was given"),
+    (_uses_the_global, 0, "calls the notebook's own function by its global name"),
+    (_wrong_expectation, 0, "your test fails a correct implementation"),
+    (_returns_instead_of_asserting, 1, "*returned* False instead of failing: use `assert`"),
+    (_not_a_shorter_query, 1, "none of your test's calls asks about a query shorter"),
+    (_always_fails, 0, "your test fails a correct implementation (AssertionError: nothing passes)"),
+    (_page_aligned_query, 2, "counts the query's half-filled last page"),
+], ids=lambda x: getattr(x, "__name__", None) if callable(x) else None)
+def test_wrong_tests_fail_naming_the_mistake(test, score, message):
+    result = check_shorter_query_test(test, record=False)
+    assert not result.passed and not result.not_done
+    assert result.score == score, repr(result)
+    assert message in repr(result), repr(result)
+
+
+def test_a_test_that_tells_implementations_apart_by_name_cannot():
+    def by_name(f):
+        assert f.__name__ == "longest_cached_prefix" and f.__qualname__.startswith("run_test")
+    result = check_shorter_query_test(by_name, record=False)
+    assert "never calls" in repr(result) and result.score == 0
+
+
+def _test_cell() -> str:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code" and "def test_shorter_query(" in c.source]
+    assert len(cells) == 1 and "### BEGIN SOLUTION" in cells[0]
+    return cells[0]
+
+
+def test_notebook_04_2_both_editions():
+    src = _test_cell()
+    solved, student = {"longest_cached_prefix": reference_longest_cached_prefix}, \
+        {"longest_cached_prefix": reference_longest_cached_prefix}
+    exec(strip_markers(src), solved)
+    assert check_shorter_query_test(solved["test_shorter_query"], record=False).passed
+    exec(blank_solutions(src), student)
+    assert check_shorter_query_test(student["test_shorter_query"], record=False).not_done
+
+
+def test_the_seed_asserts_cell_keeps_its_three_asserts_and_leaves_the_short_query_to_the_student():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cell = next(c.source for c in nb.cells if c.cell_type == "code" and "cache = [" in c.source
+                and "assert longest_cached_prefix" in c.source)
+    asserts = [line.strip() for line in cell.splitlines() if line.strip().startswith("assert ")]
+    assert asserts == ['assert longest_cached_prefix([1, 2, 3, 4, 5, 8], "base", cache, 4) == 4',
+                       'assert longest_cached_prefix([1, 2, 3, 4, 6, 7], "adapter-A", 2) == 6'.replace(
+                           '"adapter-A", 2', '"adapter-A", cache, 2'),
+                       'assert longest_cached_prefix([1, 2, 3, 4], "adapter-B", cache, 2) == 0']
+
+
+def test_an_endless_test_times_out_and_leaves_no_child():
+    import os
+
+    from radixlab.course import ex_shorter
+    from radixlab.course.spec import check_exercise
+
+    def endless(f):
+        f([1, 2, 3], "base", SEED, 2)
+        while True:
+            pass
+
+    result = check_exercise(ex_shorter.SPEC, endless, record=False, time_limit=0.3)
+    assert all(o.outcome == "timeout" for o in result.outcomes), repr(result)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # every forked run was reaped

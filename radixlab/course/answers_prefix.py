@@ -25,3 +25,10 @@ def reference_longest_cached_prefix(query_tokens: Sequence[int], query_namespace
         aligned = common // page_size * page_size
         best = max(best, aligned)
     return best
+
+
+def reference_test_shorter_query(longest_cached_prefix) -> None:
+    """Exercise 04.2's answer: a query that ends inside a cached path, mid-page, has an exact answer."""
+    cache = [([1, 2, 3, 4, 5, 9], "base")]
+    assert longest_cached_prefix([1, 2, 3], "base", cache, 2) == 2  # 3 tokens match; one whole page of 2
+    assert longest_cached_prefix([1, 2, 3], "base", cache, 4) == 0  # no whole page inside the query

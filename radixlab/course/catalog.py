@@ -18,8 +18,9 @@ class Lesson:
 
 
 COURSE = [
-    Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 10,
-           "prefill cost vs prompt length; a shared system prompt served with and without a cache", "both"),
+    Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
+           "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
+           "a cache", "both"),
     Lesson("01_radix_tree", "The radix tree", 35,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B, "
            "optional exercise: the match in SGLang's semantics", "adv05"),
@@ -30,8 +31,9 @@ COURSE = [
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
            "adv05 + lesson 4"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 25,
-           "page alignment, extra_key namespaces, EAGLE bigrams, exercise: longest_cached_prefix (Q1, Q2)", "lesson 4"),
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
+           "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
+           "EAGLE bigrams, PagedAttention (Q1)", "lesson 4"),
     Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 35,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, exercise: the hand-over of "
            "cache_finished_req, chunked prefill, lock_ref vs ref (figure 4-1)",
