@@ -15,7 +15,7 @@ from .extract import course_statements
 from .rubric import RUBRIC
 from .spec import ExerciseSpec
 
-CHECK_CALL = re.compile(r"(?<!def )\b(check_\w+)\s*\(")
+CHECK_CALL = re.compile(r"(?<!def )\b(check_(?!prediction\b)\w+)\s*\(")
 DEFAULT_RUBRIC = dict(RUBRIC)
 
 

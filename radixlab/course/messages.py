@@ -6,6 +6,8 @@ shape) raises ``Malformed``; the runner then fails that submission's run, never 
 
 from __future__ import annotations
 
+import math
+
 MESSAGE_KEYS = {"answer", "not_done", "raised", "line", "timeout", "seconds", "case"}
 
 
@@ -37,7 +39,7 @@ def validate(msg: object, n_cases: int) -> dict:
         raise Malformed("a case message must carry exactly one outcome")
     out: dict = {"case": k}
     seconds = msg.get("seconds", 0.0)
-    out["seconds"] = float(seconds) if type(seconds) in (int, float) and seconds == seconds else 0.0
+    out["seconds"] = float(seconds) if type(seconds) in (int, float) and math.isfinite(seconds) else 0.0
     kind = kinds[0]
     if kind == "answer":
         out["answer"] = msg["answer"]
@@ -50,7 +52,7 @@ def validate(msg: object, n_cases: int) -> dict:
         line = msg.get("line")
         out["line"] = line if type(line) is int else None
     else:
-        if type(msg["timeout"]) not in (int, float):
-            raise Malformed("timeout must be a number")
+        if type(msg["timeout"]) not in (int, float) or not math.isfinite(msg["timeout"]):
+            raise Malformed("timeout must be a finite number")
         out["timeout"] = float(msg["timeout"])
     return out

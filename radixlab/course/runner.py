@@ -32,7 +32,7 @@ from . import sandbox as sb
 from .messages import validate as _validate
 
 EXECUTOR = r'''
-import ast, builtins, importlib, json, os, sys, time
+import __future__, ast, builtins, importlib, json, os, sys, time
 
 def _main(job):
     sys.path[:] = job["path"]              # the stripped copy, the stdlib, site-packages: nothing else
@@ -52,15 +52,21 @@ def _main(job):
         drive = getattr(drive, part)
     from radixlab.course.spec import run_drive
     ns = {"__name__": "__main__", "__builtins__": builtins}
-    trees = {}
+    trees, futures = {}, {}
     for cell, index, keep in job["statements"]:
         if cell not in trees:
             trees[cell] = ast.parse(job["cells"][str(cell)])
+            futures[cell] = 0  # a cell's `from __future__` imports hold for its every statement
+            for s in trees[cell].body:
+                if isinstance(s, ast.ImportFrom) and s.module == "__future__":
+                    for a in s.names:
+                        futures[cell] |= getattr(__future__, a.name).compiler_flag
         stmt = trees[cell].body[index]
         if keep is not None:  # an import cut to the names the program uses
             stmt.names = [a for a in stmt.names if (a.asname or a.name.split(".")[0]) in keep]
         try:
-            exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec"), ns)
+            exec(compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {cell}>", "exec",
+                         flags=futures[cell], dont_inherit=True), ns)
         except BaseException as exc:
             emit({"def_error": {"cell": cell, "ename": type(exc).__name__, "evalue": str(exc)[:300]}})
     fn = ns.get(job["function"])
@@ -220,7 +226,8 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                 if not text.startswith(nonce):
                     continue
                 try:
-                    msg = _validate(json.loads(text[len(nonce):]), len(cases))
+                    # NaN and Infinity arrive as text: no number the JSON report could not hold
+                    msg = _validate(json.loads(text[len(nonce):], parse_constant=lambda c: f"<{c}>"), len(cases))
                 except (ValueError, RecursionError) as exc:  # Malformed, or not JSON: this submission's failure
                     why = f"the executor sent a malformed message ({_short(exc)})"
                     if not run.defined:
