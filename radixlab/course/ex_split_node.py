@@ -76,7 +76,7 @@ def drive(split_node: SplitNodeFn, args: dict) -> dict:
     locked = cache.match_prefix(RadixKey(args["lock"], ns)).last_node if args.get("lock") else None
     if locked is not None:
         cache.inc_lock_ref(locked)
-    before = {r[0]: r[2] for r in rows(cache)}
+    before = {str(r[0]): r[2] for r in rows(cache)}  # JSON keys are text
     calls: list[dict] = []
 
     def installed(key: RadixKey, child: TreeNode, split_len: int) -> TreeNode:
