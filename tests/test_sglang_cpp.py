@@ -60,7 +60,7 @@ def test_cpp_tree_agrees_with_radixlab_on_matches_inserts_and_evict(cpp):
 def test_a_small_bench_run_has_the_cpp_lane_and_its_record_round_trips(cpp, tmp_path):
     rec = bt.run(prompts=3, turns=2, ops=12, evict_reps=1, growth_sizes=(), growth_ops=5, use_sglang=False,
                  progress=False, timeit_number=2, threads=(1, 2), thread_calls=10)
-    assert bt.CPP in rec["env"]["sides"] and rec["env"]["cpp_skipped"] is None
+    assert bt.CPP in rec["env"]["sides"] and rec["env"]["cpp_skipped"] is None, rec["env"]["cpp_skipped"]
     assert rec["reference"]["agree"] and rec["native"]["agree"]
     assert bt.CPP in rec["reference"]["ops"]["full-hit match (list)"]
     assert set(rec["native"]["threads"]["scaling"]) >= {"fast full hit (list)", bt.CONTROL}
