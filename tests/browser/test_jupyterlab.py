@@ -291,6 +291,7 @@ def test_student_edition(page, lab, workspace, nb: Path):
             if c["index"] in checks and c["count"] is not None:
                 assert "Traceback" not in c["text"] and not c["shownErr"], f"check cell {c['index']} shows a traceback"
                 assert not any(o["output_type"] == "error" for o in c["outputs"]), f"check cell {c['index']} raised"
+                assert "not done yet" in c["text"], f"check cell {c['index']} shows: {c['text'][:300]!r}"
         instructor_src = sources(nb)
         first_in_instructor = next(i for i, s in enumerate(instructor_src) if CHECK_CALL.search(s))
         if any(i < first_in_instructor for i in stored_svg_cells(nb)):
