@@ -1,7 +1,9 @@
 """Execute notebooks in place (``make execute-notebooks``): how the stored outputs are produced.
 
 Runs each notebook top to bottom in a fresh kernel, from the notebook's own folder, and fails on
-the first error, so an executed notebook in the repo never holds an error output.
+the first error, so an executed notebook in the repo never holds an error output. The kernel imports
+the same ``radixlab`` as this process (its folder goes first on ``PYTHONPATH``), so a second checkout
+(a git worktree) executes its own package, not the one installed in editable mode elsewhere.
 """
 
 from __future__ import annotations
@@ -20,9 +22,18 @@ def execute_notebook(path: str | Path, timeout: int = 600, allow_errors: bool = 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     os.environ.setdefault("RADIXLAB_DEVICE", "cpu")
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                            resources={"metadata": {"path": str(path.parent.resolve())}})
-    client.execute()
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding this radixlab package
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([root] + ([before] if before else []))
+    try:
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                                resources={"metadata": {"path": str(path.parent.resolve())}})
+        client.execute()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
     return nb
 
 
