@@ -243,6 +243,11 @@ def test_the_reference_is_stripped_from_the_copy(exercise, target):
     assert target in all_specs()[exercise].all_stripped()
 
 
+def test_01_2_s_check_cell_says_it_counts_in_no_total():
+    result = _in_kernel("01.2", [IMPORTS_01_2, MATCH_SLOTS])
+    assert result.passed and "optional: counted in no total" in repr(result) and "mapping" not in repr(result)
+
+
 def test_the_blank_student_edition_is_not_done_for_every_exercise_here(tmp_path):
     import json
 

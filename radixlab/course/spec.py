@@ -238,6 +238,7 @@ class CheckResult:
     exercise: str
     title: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
+    optional: bool = False  # counted in no total (and no mapping point is marked)
 
     @property
     def not_done(self) -> bool:
@@ -265,7 +266,8 @@ class CheckResult:
 
     def __repr__(self) -> str:
         head = f"Exercise {self.exercise} ({self.title})"
-        manual = f"; the mapping point ({RUBRIC['mapping']:g}) is marked by hand"
+        manual = ("; optional: counted in no total" if self.optional
+                  else f"; the mapping point ({RUBRIC['mapping']:g}) is marked by hand")
         if self.not_done:
             return (f"⏳ {head}: not done yet.\n"
                     f"   Replace `raise NotImplementedError()` under '# YOUR CODE HERE' with your code,\n"
@@ -291,7 +293,7 @@ class CheckResult:
 def outcomes_for(spec: ExerciseSpec, cases: list[GradedCase], results: list[dict], wants: list[Any],
                  rubric: dict | None = None) -> CheckResult:
     """Judge every case; ``results[i]`` is the plain outcome of case i (from the kernel or the executor)."""
-    result = CheckResult(spec.id, spec.title)
+    result = CheckResult(spec.id, spec.title, optional=spec.optional)
     for case, pts, outcome, want in zip(cases, case_points(cases, rubric), results, wants):
         passed, message = judge(spec, case, outcome, want)
         kind = next((k for k in ("not_done", "timeout", "raised", "answer") if k in outcome), "missing")
