@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from radixlab.course.exercises import all_specs
 from radixlab.course.extract import extract
 from radixlab.course.runner import run_exercise
-from radixlab.course.spec import CheckResult, outcomes_for
+from radixlab.course.runs import plan
+from radixlab.course.spec import CheckResult, expected, outcomes_for
 
 
 def grade_cells(exercise: str, cells: list[str], *, sandbox: bool | None = None, seed: int = 7,
@@ -17,9 +16,10 @@ def grade_cells(exercise: str, cells: list[str], *, sandbox: bool | None = None,
     ex = extract(list(enumerate(cells)), spec.function, check=check or spec.check)
     assert not ex.problem, ex.problem
     cases = spec.cases(seed)
-    wants = [json.loads(json.dumps(spec.drive(spec.reference, c.args), default=repr)) for c in cases]
+    wants = [expected(spec, c.args) for c in cases]
+    jobs, oracles, outcomes = plan(spec, cases)
     run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index, s.keep) for s in ex.statements],
-                       [c.args for c in cases], spec.time_limit, 60, 300, sandbox=sandbox)
+                       jobs, spec.time_limit, 60, 300, sandbox=sandbox, oracles=oracles)
     if not run.defined:
         return None, run
-    return outcomes_for(spec, cases, run.outcomes, wants), run
+    return outcomes_for(spec, cases, outcomes(run.outcomes), wants), run

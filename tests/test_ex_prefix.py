@@ -342,9 +342,7 @@ def test_the_seed_asserts_cell_keeps_its_three_asserts_and_leaves_the_short_quer
                        'assert longest_cached_prefix([1, 2, 3, 4], "adapter-B", cache, 2) == 0']
 
 
-def test_an_endless_test_times_out_and_leaves_no_child(monkeypatch):
-    import os
-
+def test_an_endless_test_times_out():
     from radixlab.course import ex_shorter
     from radixlab.course.spec import check_exercise
 
@@ -353,18 +351,5 @@ def test_an_endless_test_times_out_and_leaves_no_child(monkeypatch):
         while True:
             pass
 
-    forked, real_fork = [], os.fork
-
-    def fork():  # the runs' own children (other tests' processes may still be around in a full run)
-        pid = real_fork()
-        if pid:
-            forked.append(pid)
-        return pid
-
-    monkeypatch.setattr(os, "fork", fork)
     result = check_exercise(ex_shorter.SPEC, endless, record=False, time_limit=0.3)
     assert all(o.outcome == "timeout" for o in result.outcomes), repr(result)
-    assert forked, "outside a kernel every run is forked"
-    for pid in forked:
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # every forked run was reaped

@@ -144,6 +144,38 @@ FORGERIES = {
             values, node = cache._match_prefix_helper(root, key)
             return [int(v) for t in values for v in t.tolist()], node
         """)]),
+    "01.2 the insert walk, through split's closure": ("01.2", [textwrap.dedent("""
+        import torch
+
+        def match_slots(root, key, split):
+            cache = split.__closure__[0].cell_contents  # the drive's cache
+            next_id = cache._next_id
+            n, node = cache._insert_helper(root, key, torch.zeros(len(key), dtype=torch.int64))
+            if n < len(key):  # it hung the rest of the query as a new leaf: take it off again
+                leaf, node = node, node.parent
+                cache._delete_leaf(leaf)
+                cache._next_id = next_id + (cache._next_id - next_id - 1)
+            slots, walk = [], node
+            while walk.parent is not None:
+                slots, walk = walk.value.tolist() + slots, walk.parent
+            return slots, node
+        """)]),
+    "01.2 the insert, the cache found through gc": ("01.2", [textwrap.dedent("""
+        import gc
+        import torch
+
+        def match_slots(root, key, split):
+            cache = next(o for o in gc.get_objects() if type(o).__name__ == "RadixCache" and o.root_node is root)
+            n, node = cache._insert(key, torch.zeros(len(key), dtype=torch.int64))
+            if n < len(key):
+                leaf, node = node, node.parent
+                cache._delete_leaf(leaf)
+                cache._next_id -= 1
+            slots, walk = [], node
+            while walk.parent is not None:
+                slots, walk = walk.value.tolist() + slots, walk.parent
+            return slots, node
+        """)]),
     "02.2 RadixCache._split_node": ("02.2", [textwrap.dedent("""
         from radixlab.mem_cache.radix_cache import RadixCache
 
@@ -171,7 +203,9 @@ FORGERIES = {
 }
 
 
-@pytest.mark.parametrize("name", ["02.2 RadixCache._split_node", "02.1 the teaching tree's _split"])
+@pytest.mark.parametrize("name", ["02.2 RadixCache._split_node", "02.1 the teaching tree's _split",
+                                  "01.2 the insert walk, through split's closure",
+                                  "01.2 the insert, the cache found through gc"])
 def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
     """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader."""
     exercise, cells = FORGERIES[name]
@@ -201,10 +235,17 @@ def test_a_forgery_scores_nothing_in_the_grader(name):
 @pytest.mark.parametrize("exercise, target", [
     ("01.2", "radixlab.mem_cache.radix_cache:RadixCache._match_prefix_helper"),
     ("01.2", "radixlab.mem_cache.base_prefix_cache:BasePrefixCache.match_prefix"),
+    ("01.2", "radixlab.mem_cache.radix_cache:RadixCache._insert_helper"),
+    ("01.2", "radixlab.mem_cache.radix_cache:RadixCache.insert"),
     ("02.2", "radixlab.mem_cache.radix_cache:RadixCache._split_node"),
 ])
 def test_the_reference_is_stripped_from_the_copy(exercise, target):
     assert target in all_specs()[exercise].all_stripped()
+
+
+def test_01_2_s_check_cell_says_it_counts_in_no_total():
+    result = _in_kernel("01.2", [IMPORTS_01_2, MATCH_SLOTS])
+    assert result.passed and "optional: counted in no total" in repr(result) and "mapping" not in repr(result)
 
 
 def test_the_blank_student_edition_is_not_done_for_every_exercise_here(tmp_path):

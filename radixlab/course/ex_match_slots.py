@@ -5,8 +5,11 @@ The student writes ``match_slots(root, key, split) -> (slots, last_node)`` over 
 slots of every node on the path, and it ends at the last node; where the query ends or differs
 inside an edge, ``split(child, n)`` (given) cuts the edge so that a node ends exactly there, and the
 hit ends at that new node (``RadixCache._match_prefix_helper`` in SGLang's terms, without the clock).
-``drive`` builds a cache (the notebook's requests, slot values chosen apart from the token ids),
-calls the function per query and returns plain data: slots, the last node's id and path, the tree.
+``drive`` hangs a cache (the notebook's requests, slot values chosen apart from the token ids) that
+``tree_of`` built where the cases are drawn, calls the function per query and returns plain data:
+slots, the last node's id and path, the tree. The executor's copy of radixlab holds no walk that
+answers the match: not ``match_prefix``, not the insert (it walks and splits the same way), so
+``split``'s closure, or ``gc``, leads to a cache that can only split.
 """
 
 from __future__ import annotations
@@ -40,12 +43,31 @@ def path_of(node: Any) -> list[int]:
     return out
 
 
+def tree_of(requests: list[list[int]], extra_key: str | None = None) -> list[list]:
+    """The cache ``requests`` leave (request i's token at slot 100*(i+1)+its position), as
+    ``[parent's index, tokens, slots]`` rows, parents first (index 0 is the root). Built where the
+    cases are drawn (the grader, the check cell): the executor's copy of radixlab has no insert."""
+    cache = RadixCache(1)
+    for i, tokens in enumerate(requests):
+        cache.insert(RadixKey(tokens, extra_key), torch.arange(100 * (i + 1), 100 * (i + 1) + len(tokens)))
+    out, index, queue = [], {cache.root_node.id: 0}, [cache.root_node]
+    for node in queue:
+        for child in node.children.values():
+            index[child.id] = len(out) + 1
+            out.append([index[node.id], list(child.key.token_ids), child.value.tolist()])
+            queue.append(child)
+    return out
+
+
 def drive(match_slots: MatchSlotsFn, args: dict) -> dict:
-    """Build the cache (request i's token t at slot 100*(i+1)+t's position), ask every query; plain data out."""
+    """Hang the case's cache (``tree_of``) node by node, ask every query; plain data out."""
     ns = args.get("extra_key")
     cache = RadixCache(1)
-    for i, tokens in enumerate(args["requests"]):
-        cache.insert(RadixKey(tokens, ns), torch.arange(100 * (i + 1), 100 * (i + 1) + len(tokens)))
+    nodes = [cache.root_node]
+    for parent, tokens, slots in args["tree"]:  # no walk here: the tree comes as it is
+        key = RadixKey(tokens, ns)
+        nodes.append(cache._add_leaf(nodes[parent], key.child_key(1), key, torch.tensor(slots, dtype=torch.int64),
+                                     0, False))
 
     def split(child: TreeNode, n: int) -> TreeNode:
         return cache._split_node(child.key, child, n)
@@ -102,16 +124,18 @@ def cases(seed: int = 0) -> list[GradedCase]:
     rng = random.Random(seed)
     t = rng.sample(range(1, 99), 10) if seed else list(range(1, 11))
     a, b, c = [t[0], t[1], t[2]], [t[0], t[1], t[3]], [t[0], t[1], t[4]]
+    def case(name: str, requests: list, queries: list, part: str = "main", weight: float = 1.0,
+             extra_key: str | None = None) -> GradedCase:
+        args = {"requests": requests, "queries": queries, "tree": tree_of(requests, extra_key)}
+        return GradedCase(name, {**args, "extra_key": extra_key} if extra_key else args, part, weight)
     return [
-        GradedCase("A and B cached: match A, C and the shared prefix", {"requests": [a, b], "queries": [a, c, a[:2]]},
-                   weight=2),
-        GradedCase("only A cached: B ends inside A's edge (a split)", {"requests": [a], "queries": [b, a]}),
-        GradedCase("a query past the cached path, an empty query, an unknown first token",
-                   {"requests": [t[:3]], "queries": [t[:5], [], [t[9]]]}, "boundary"),
-        GradedCase("a deep path: slots of every node, root first, then a split two levels down",
-                   {"requests": [t[:6], t[:2], t[:4] + [t[8]]], "queries": [t[:6], t[:5] + [t[9]], t[:3]]}, "boundary"),
-        GradedCase("a namespace (extra_key) on every key", {"requests": [t[:4]], "queries": [t[:2], t[:4]],
-                                                            "extra_key": "lora-7"}, "boundary"),
+        case("A and B cached: match A, C and the shared prefix", [a, b], [a, c, a[:2]], weight=2),
+        case("only A cached: B ends inside A's edge (a split)", [a], [b, a]),
+        case("a query past the cached path, an empty query, an unknown first token", [t[:3]], [t[:5], [], [t[9]]],
+             "boundary"),
+        case("a deep path: slots of every node, root first, then a split two levels down",
+             [t[:6], t[:2], t[:4] + [t[8]]], [t[:6], t[:5] + [t[9]], t[:3]], "boundary"),
+        case("a namespace (extra_key) on every key", [t[:4]], [t[:2], t[:4]], "boundary", extra_key="lora-7"),
     ]
 
 
@@ -119,8 +143,13 @@ SPEC = ExerciseSpec(
     id="01.2", optional=True, title="match_slots, SGLang's semantics (optional)", function="match_slots", check="check_match_slots",
     reference=reference_match_slots, drive=drive, cases=cases, compare=compare,
     forbidden=("match_prefix", "_match_prefix_helper", "reference_match_slots"),
-    # absent from the grader's executor: every walk that answers a match in SGLang's semantics
+    # absent from the grader's executor: every walk that answers a match in SGLang's semantics, and the
+    # insert walk (it walks and splits just as a match does; the drive hangs the case's tree without it)
     strip=("radixlab.mem_cache.radix_cache:RadixCache.match_prefix",
+           "radixlab.mem_cache.radix_cache:RadixCache.insert", "radixlab.mem_cache.radix_cache:RadixCache._insert",
+           "radixlab.mem_cache.radix_cache:RadixCache._insert_helper",
+           "radixlab.mem_cache.fast_radix_cache:FastRadixCache._insert_helper",
+           "radixlab.course.ex_match_slots:tree_of",
            "radixlab.mem_cache.radix_cache:RadixCache._match_prefix_helper",
            # the interface's abstract match_prefix too: left alone, RadixCache without it could not be built
            "radixlab.mem_cache.base_prefix_cache:BasePrefixCache.match_prefix",

@@ -9,20 +9,16 @@ mistakes. None of them is an answer to 04.1 in disguise: the correct one below i
 but this module is not part of 04.1's executor copy (``ex_prefix`` never imports it), and the check
 cell of 04.1 rejects a function taken from here.
 
-All implementations are made by one factory (same name, same code), so a test cannot tell them
-apart by name, and the grader's seed draws the order in which a case runs them, so a test that counts
-its runs cannot either. What the executor cannot hide is its own process: a test that reads the
-implementation's closure or the caller's frame can tell them apart (a known limit; it takes more
-knowledge of this module than writing the test does).
+The function the test is given holds no implementation: each call is a question that ``oracle``
+answers where the test cannot look (``runs.py``: in the grader's process; in the check cell, the
+kernel's). The implementations are stripped from the executor's copy, each run of the test is its
+own fresh process, in an order drawn afresh, so a run can tell which implementation it tests only
+by the answers to its calls; and a wrong implementation counts as caught only when the test failed
+it after a call whose answer a correct implementation would not give (the oracle's record says so).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import signal
-import sys
 from typing import Any, Callable
 
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
@@ -72,151 +68,119 @@ def make_implementation(bug: str | None) -> Callable:
     return longest_cached_prefix
 
 
+# -- where the implementations live: the oracle (the grader's process; the check cell's kernel) -----
+
+RUNS = ("correct",) + tuple(BUGS)
+MAX_TOKENS = 200_000  # tokens one call may hold (the grader computes every answer itself)
+
+
+def _answer(bug: str | None, call: list) -> list:
+    try:
+        return ["value", make_implementation(bug)(*call)]
+    except Exception as exc:  # noqa: BLE001  what the implementation raises, the test sees
+        return ["raised", type(exc).__name__, str(exc)[:200]]
+
+
+def oracle(run: str, question: Any) -> tuple[dict, dict]:
+    """Answer one call of the student's test as implementation ``run`` does: (the reply the test sees,
+    the record the grader keeps). Every implementation answers every call (the same work whatever
+    ``run`` is); the record says whether this run's answer is one a correct implementation would not give."""
+    q, ns, paths, p = question
+    if not isinstance(q, list) or not isinstance(paths, list) or \
+            not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], list) for x in paths):
+        raise TypeError("not a call of longest_cached_prefix")
+    if len(q) + sum(len(t) for t, _ in paths) > MAX_TOKENS:
+        return ({"raised": "ValueError", "message": f"a call of more than {MAX_TOKENS} tokens is not answered"},
+                {"text": "(a call too large)", "shorter": False, "differs": False})
+    answers = {name: _answer(None if name == "correct" else name, question) for name in RUNS}
+    got = answers[run]
+    result = got[1] if got[0] == "value" else f"raises {got[1]}"
+    record = {"text": f"longest_cached_prefix({q}, {ns!r}, {paths}, {p}) → {result}"[:300],
+              "shorter": bool(q) and any(n == ns and len(q) < len(t) and q[:1] == t[:1] for t, n in paths),
+              "differs": got != answers["correct"]}
+    reply = {"value": got[1]} if got[0] == "value" else {"raised": got[1], "message": got[2]}
+    return reply, record
+
+
+# -- what runs beside the student's test: a function that only asks ----------------------------------
+
+_ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "ZeroDivisionError": ZeroDivisionError,
+           "IndexError": IndexError, "KeyError": KeyError}
+
+
 def _plain(x: Any) -> Any:
-    return x if isinstance(x, (int, str)) and not isinstance(x, bool) else repr(x)[:100]
+    return x if x is None or isinstance(x, (bool, int, float, str)) else {"repr": repr(x)[:200]}
 
 
-def run_test(test: Callable, bug: str | None) -> dict:
-    """Run ``test`` on one implementation: passed or failed, and the calls it made (plain data).
-
-    ``NotImplementedError`` from the test itself propagates (the blank: "not done yet").
-    """
-    impl = make_implementation(bug)
-    calls: list = []
-
+def drive(test: Callable, args: Any, ask: Callable[[Any], Any]) -> dict:
+    """One run: the student's test on a ``longest_cached_prefix`` whose every call is a question
+    ``ask`` sends to the oracle (no implementation is here); the test's verdict as plain data.
+    ``NotImplementedError`` from the test itself propagates (the blank: "not done yet")."""
     def longest_cached_prefix(query_tokens, query_namespace, cached_paths, page_size):
-        result = impl(query_tokens, query_namespace, cached_paths, page_size)
-        if len(calls) < 20:
-            try:
-                paths = [[list(t), _plain(n)] for t, n in cached_paths]
-                calls.append([list(query_tokens), _plain(query_namespace), paths, _plain(page_size), result])
-            except Exception:  # an odd argument: the implementation already took it
-                calls.append([repr(query_tokens)[:80], "?", [], _plain(page_size), result])
-        return result
+        question = [[_plain(t) for t in query_tokens], _plain(query_namespace),
+                    [[[_plain(t) for t in tokens], _plain(ns)] for tokens, ns in cached_paths], _plain(page_size)]
+        reply = ask(question)
+        if not isinstance(reply, dict) or not ("value" in reply or "raised" in reply):
+            raise RuntimeError("the grader did not answer this call")
+        if "raised" in reply:
+            raise _ERRORS.get(reply["raised"], RuntimeError)(reply.get("message", ""))
+        return reply["value"]
 
     try:
         returned = test(longest_cached_prefix)
     except NotImplementedError:
         raise
     except AssertionError as exc:
-        return {"verdict": "failed", "error": f"AssertionError: {exc}"[:300], "calls": calls}
+        return {"verdict": "failed", "error": f"AssertionError: {exc}"[:300]}
     except Exception as exc:
-        return {"verdict": "raised", "error": f"{type(exc).__name__}: {exc}"[:300], "calls": calls}
-    return {"verdict": "passed", "calls": calls, "returned": None if returned is None else repr(returned)[:100]}
-
-
-def isolate() -> bool:
-    """Fork for each run, except in a live IPython kernel (forking a kernel with its threads is unsafe)."""
-    ipython = sys.modules.get("IPython")
-    return hasattr(os, "fork") and not (ipython is not None and ipython.get_ipython() is not None)
-
-
-def run_test_isolated(test: Callable, bug: str | None) -> dict:
-    """``run_test`` in a forked child, outside a Jupyter kernel (the grader's executor): whatever the
-    test remembers from one run (a counter, a list) is gone at the next, so it cannot count its way to
-    telling the implementations apart. In a kernel (the check cell) it runs in place."""
-    if not isolate():
-        return run_test(test, bug)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: run once, report, leave without cleanup of the parent's state
-        os.close(read_end)
-        try:
-            try:
-                result = run_test(test, bug)
-            except NotImplementedError:
-                result = {"not_done": True}
-            except BaseException as exc:  # noqa: BLE001  SystemExit and the like: a failed run
-                result = {"verdict": "raised", "error": f"{type(exc).__name__}: {exc}"[:300], "calls": []}
-            os.write(write_end, json.dumps(result, default=repr).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    chunks = []
-    try:
-        while chunk := os.read(read_end, 65536):
-            chunks.append(chunk)
-    finally:  # a timeout in the parent (the case's alarm) must not leave the child running
-        os.close(read_end)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-    try:
-        result = json.loads(b"".join(chunks) or b"null")
-    except ValueError:
-        result = None
-    if not isinstance(result, dict):
-        return {"verdict": "raised", "error": "your test ended its process", "calls": []}
-    if result.get("not_done"):
-        raise NotImplementedError()
-    return result
-
-
-def shorter_calls(calls: list) -> list:
-    """The calls whose query is shorter than a cached path of its namespace that it shares a token with."""
-    out = []
-    for q, ns, paths, p, _ in calls:
-        if isinstance(q, list) and any(n == ns and len(q) < len(t) and q[:1] == t[:1] and q for t, n in paths):
-            out.append([q, ns, p])
-    return out
-
-
-def drive(fn: Callable, args: dict) -> Any:
-    """Run the student's test on the correct implementation, and on ``args['bug']`` if there is one,
-    in the case's order (drawn from the grader's seed: a test that counts its runs cannot tell which is which)."""
-    got = {}
-    for which in args.get("order", ["correct", "wrong"]):
-        if which == "correct" or args.get("bug"):
-            got[which] = run_test_isolated(fn, None if which == "correct" else args["bug"])
-    return got
-
-
-def _call_text(call: list) -> str:
-    q, ns, paths, p, result = call
-    return f"longest_cached_prefix({q}, {ns!r}, {paths}, {p}) → {result}"
+        return {"verdict": "raised", "error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"verdict": "passed", "returned": None if returned is None else repr(returned)[:100]}
 
 
 def compare(got: Any, want: Any, args: dict) -> str | None:
-    """What the student's test did, against what the case asks of it (``want`` is not needed)."""
-    correct = got["correct"]
+    """What the student's test did in each run (``runs.REPEAT`` per implementation), against what the
+    case asks of it (``want`` is not needed). ``calls`` are the oracle's records, made where the test
+    cannot write; every run must agree."""
+    correct = next((r for r in got["correct"] if not r["calls"] or r["verdict"] != "passed"), got["correct"][0])
     if not correct["calls"]:
         return ("your test never calls the `longest_cached_prefix` it was given (its argument): a test that "
                 "calls nothing, or calls the notebook's own function by its global name, tests nothing")
     if correct["verdict"] != "passed":
-        last = _call_text(correct["calls"][-1])
-        return (f"your test fails a correct implementation ({correct['error']}); its last call: {last}. "
-                "Check the number your test expects")
+        return (f"your test fails a correct implementation ({correct['error']}); its last call: "
+                f"{correct['calls'][-1]['text']}. Check the number your test expects")
     if args["need"] == "shorter":
-        if shorter_calls(correct["calls"]):
+        if all(any(c["shorter"] for c in r["calls"]) for r in got["correct"]):
             return None
         return ("none of your test's calls asks about a query shorter than a cached path of its namespace "
                 "(the case the lesson asks for: the query ends inside a cached path)")
     if args["need"] == "pass":
         return None
-    wrong = got["wrong"]
-    if wrong["verdict"] != "passed":
-        return None
-    answers = "; ".join(_call_text(c) for c in wrong["calls"][:3])
-    hint = ""
-    if wrong.get("returned") == "False":
-        hint = " Your test *returned* False instead of failing: use `assert`."
-    return f"your test passes an implementation that {BUGS[args['bug']]} (it answered: {answers}).{hint}"
+    bug = args["bug"]
+    for wrong in got[bug]:
+        caught = [c for c in wrong["calls"] if c["differs"]]
+        if wrong["verdict"] != "passed" and caught:
+            continue
+        if wrong["verdict"] != "passed":
+            return (f"your test fails an implementation that {BUGS[bug]}, but no call it made got an answer that "
+                    f"a correct implementation would not give: it failed for another reason ({wrong['error']}), "
+                    "not because of an answer it checked")
+        answers = "; ".join(c["text"] for c in (caught or wrong["calls"])[:3])
+        hint = " Your test *returned* False instead of failing: use `assert`." if wrong["returned"] == "False" else ""
+        return f"your test passes an implementation that {BUGS[bug]} (it answered: {answers}).{hint}"
+    return None
 
 
 def cases(seed: int = 0) -> list[GradedCase]:
-    """The student's test brings its own data (no table to copy); a grader seed draws the order in which
-    each case runs the correct and the wrong implementation."""
-    rng = random.Random(seed)
-
+    """The student's test brings its own data (no table to copy): the cases say which implementations
+    it must pass and fail (``runs``), the same for every seed."""
     def catch(bug: str) -> dict:
-        order = ["correct", "wrong"] if seed == 0 else rng.sample(["correct", "wrong"], 2)
-        return {"need": "catch", "bug": bug, "order": order}
+        return {"need": "catch", "bug": bug, "runs": ["correct", bug]}
 
     return [
-        GradedCase("your test passes a correct longest_cached_prefix", {"need": "pass"}, weight=0.5),
-        GradedCase("your test asks about a query shorter than a cached path", {"need": "shorter"}, weight=0.5),
+        GradedCase("your test passes a correct longest_cached_prefix", {"need": "pass", "runs": ["correct"]},
+                   weight=0.5),
+        GradedCase("your test asks about a query shorter than a cached path", {"need": "shorter", "runs": ["correct"]},
+                   weight=0.5),
         GradedCase("your test fails an implementation that reads past the end of a short query",
                    catch("whole_path")),
         GradedCase("your test fails one that counts the query's half-filled last page",
@@ -233,8 +197,11 @@ def _reference(implementation: Any) -> Any:
 
 SPEC = ExerciseSpec(
     id="04.2", title="test_shorter_query", function="test_shorter_query", check="check_shorter_query_test",
-    reference=_reference, drive=drive, cases=cases, compare=compare,
-    forbidden=("reference_test_shorter_query",))
+    reference=_reference, drive=drive, cases=cases, compare=compare, oracle=oracle,
+    forbidden=("reference_test_shorter_query",),
+    # absent from the grader's executor: every implementation the student's test is run on
+    strip=("radixlab.course.ex_shorter:make_implementation", "radixlab.course.ex_shorter:oracle",
+           "radixlab.course.ex_shorter:_answer"))
 SPECS = [SPEC]
 
 

@@ -46,7 +46,8 @@ from .lesson import (CHECK_CALL, DEFAULT_RUBRIC, Exercise, Lesson, Question, Usa
                      find_lesson, load_lesson, wrong_lesson)
 from .report import _short, format_report, summary
 from .runner import run_exercise
-from .spec import outcomes_for
+from .runs import plan
+from .spec import expected, outcomes_for
 from .tamper import environment_fingerprint, forged_bytecode, package_fingerprint, unowned_startup_files
 
 
@@ -85,16 +86,15 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
     if ex.note and not ex.note.startswith("graded as the check cell"):
         row["notes"].append(ex.note)
     cases = spec.cases(seed)
-    args = [c.args for c in cases]
     # The expected answers, from the grader's own radixlab, through JSON like the executor's answers;
     # computed before any student code runs, so nothing that code does can reach them.
-    wants = [json.loads(json.dumps(spec.drive(spec.reference, a), default=repr)) for a in args]
+    wants = [expected(spec, c.args) for c in cases]
+    jobs, oracles, outcomes = plan(spec, cases)  # an oracle spec's jobs are its runs (runs.py)
     left = max(1.0, timeouts["total"] - execution["seconds"])
-    run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index, s.keep) for s in ex.statements], args,
+    run = run_exercise(spec.id, spec.function, ex.cells, [(s.cell, s.index, s.keep) for s in ex.statements], jobs,
                        timeouts["case"] or spec.time_limit, timeouts["define"], left,
                        drive=f"{spec.drive.__module__}:{spec.drive.__qualname__}", strip=spec.all_stripped(),
-                       roots=spec.copy_roots(),
-                       sandbox=timeouts.get("sandbox"))
+                       roots=spec.copy_roots(), sandbox=timeouts.get("sandbox"), oracles=oracles)
     execution["seconds"] = round(execution["seconds"] + run.seconds, 2)
     execution["cells_run"] = max(execution["cells_run"], len(ex.cells))
     execution["errors"] += run.errors
@@ -104,7 +104,7 @@ def grade_exercise(exp: Exercise, sub: nbformat.NotebookNode, lesson: Lesson, se
         row.update(status="error", reason="the exercise function could not be defined: "
                    + ("; ".join(f"cell {e['cell']} raised {e['ename']}: {e['evalue']}" for e in run.errors) or run.stopped))
         return row
-    result = outcomes_for(spec, cases, run.outcomes, wants, rubric)
+    result = outcomes_for(spec, cases, outcomes(run.outcomes), wants, rubric)
     row["cases"] = [dict(o.__dict__) for o in result.outcomes]
     row["main_path"], row["boundary"] = result.part_score("main"), result.part_score("boundary")
     row["points"] = row["check_score"] = result.score

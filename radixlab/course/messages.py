@@ -25,6 +25,8 @@ def validate(msg: object, n_cases: int) -> dict:
                 or not isinstance(e.get("ename"), str) or not isinstance(e.get("evalue"), str):
             raise Malformed("def_error without cell, ename and evalue")
         return {"def_error": {"cell": e["cell"], "ename": e["ename"][:100], "evalue": e["evalue"][:300]}}
+    if "ask" in msg:  # a question of an oracle spec's run (``runs.py``): any JSON, answered by the oracle
+        return {"ask": msg["ask"]}
     if "defined" in msg:
         return {"defined": msg["defined"] is True}
     if "done" in msg:

@@ -8,8 +8,10 @@ process on that copy (under bubblewrap where it works), sends it the graded prog
 untrusted data (``_validate``): a malformed one ends that submission's run, never the grader. Every
 case has a time limit; a case that runs past it (or kills the process) is recorded and a new process
 continues with the next case. Every process the submission started dies with its executor
-(``_kill``, ``_kill_adopted``; in the sandbox, its PID namespace). The process never sees an
-expected value or a verdict: the grader computes those itself (``grade.py``).
+(``procs.py``; in the sandbox, its PID namespace). The process never sees an expected value or a
+verdict: the grader computes those itself (``grade.py``). For an exercise whose answer is a test
+(``runs.py``), each case is one run in its own process, and the run's questions (``{"ask": …}``)
+are answered here by the case's oracle, one reply line each on the executor's stdin.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,6 +30,8 @@ from pathlib import Path
 
 from . import sandbox as sb
 from .messages import validate as _validate
+from .procs import _child_subreaper, _children, _kill, _kill_adopted
+from .runs import ask_oracle
 
 EXECUTOR = r'''
 import __future__, ast, builtins, importlib, json, os, sys, time
@@ -40,10 +42,15 @@ def _main(job):
     os.dup2(2, 1)                          # ...while fd 1 (and print) go to stderr, never to the grader
     sys.stdout = sys.stderr
     nonce, dumps, write, flush, perf = job.pop("nonce"), json.dumps, out.write, out.flush, time.perf_counter
+    loads, readline = json.loads, sys.stdin.readline
 
     def emit(obj):
         write(nonce + dumps(obj, default=repr) + "\n")
         flush()
+
+    def ask(question):  # an oracle spec's run: the grader answers each call (the implementation is not here)
+        emit({"ask": question})
+        return loads(readline() or "null")
 
     # The drive function's module, from the stripped copy: the reference is not in it.
     module, _, qualname = job["drive"].partition(":")
@@ -74,7 +81,7 @@ def _main(job):
     if callable(fn):
         for k in range(job["start"], len(job["cases"])):
             t0 = perf()
-            outcome = run_drive(drive, fn, job["cases"][k], job["time_limit"])
+            outcome = run_drive(drive, fn, job["cases"][k], job["time_limit"], ask if job["ask"] else None)
             outcome.update(case=k, seconds=perf() - t0)
             emit(outcome)
     emit({"done": True})
@@ -97,8 +104,12 @@ class ExerciseRun:
 def run_exercise(exercise: str, function: str, cells: dict[int, str], statements: list,
                  cases: list, case_timeout: float, define_timeout: float = 60.0,
                  total_timeout: float = 600.0, drive: str = "", strip: tuple[str, ...] | None = None,
-                 sandbox: bool | None = None, roots: tuple[str, ...] = ()) -> ExerciseRun:
+                 sandbox: bool | None = None, roots: tuple[str, ...] = (),
+                 oracles: list | None = None) -> ExerciseRun:
     """Run ``function`` (defined by ``statements`` of ``cells``) on every case in fresh processes.
+
+    ``oracles`` (an oracle spec's runs, ``runs.plan``): case k runs alone in its own process, and
+    ``oracles[k]`` answers its questions here; what it records comes back as the outcome's ``asks``.
 
     ``statements``: ``(cell, index)`` or ``(cell, index, names)`` (an import cut to ``names``).
     ``drive`` is the spec's drive function as ``"module:qualname"`` and ``strip`` its strip targets
@@ -122,8 +133,17 @@ def run_exercise(exercise: str, function: str, cells: dict[int, str], statements
         adopted = _child_subreaper(True)  # orphans of the executor become our children, to be killed
         try:
             sb.build_copy(roots, strip, copy)
-            _run_processes(run, drive, function, cells, statements, cases, case_timeout, define_timeout,
-                           total_timeout, t0, copy, use_box)
+            for k, oracle in enumerate(oracles or [None]):  # an oracle spec: each run alone, in a fresh process
+                one = ExerciseRun([{}], sandbox=run.sandbox) if oracles else run
+                _run_processes(one, drive, function, cells, statements, [cases[k]] if oracles else cases,
+                               case_timeout, define_timeout, total_timeout, t0, copy, use_box, oracle)
+                if oracles:
+                    run.outcomes[k], run.defined = one.outcomes[0], one.defined
+                    run.processes += one.processes
+                    run.errors += [e for e in one.errors if e not in run.errors]
+                    run.stopped = run.stopped or one.stopped
+                    if not one.defined:
+                        break
         finally:
             if adopted:
                 _child_subreaper(False)
@@ -140,7 +160,7 @@ _ONE_RUN = threading.Lock()
 
 def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
                    statements: list, cases: list, case_timeout: float, define_timeout: float,
-                   total_timeout: float, t0: float, copy: Path, use_box: bool) -> None:
+                   total_timeout: float, t0: float, copy: Path, use_box: bool, oracle=None) -> None:
     start = 0
     while True:
         left = total_timeout - (time.monotonic() - t0)
@@ -149,7 +169,7 @@ def _run_processes(run: ExerciseRun, drive: str, function: str, cells: dict[int,
             break
         run.processes += 1
         nxt = _one_process(run, drive, function, cells, statements, cases, start, case_timeout,
-                           min(define_timeout, left), t0 + total_timeout, copy, use_box)
+                           min(define_timeout, left), t0 + total_timeout, copy, use_box, oracle)
         if nxt is None or nxt >= len(cases) or not run.defined:
             break
         start = nxt
@@ -164,7 +184,8 @@ def executor_argv(copy: Path | None = None, use_box: bool = False) -> list[str]:
 
 def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, str],
                  statements: list, cases: list, start: int, case_timeout: float,
-                 define_timeout: float, hard_deadline: float, copy: Path, use_box: bool) -> int | None:
+                 define_timeout: float, hard_deadline: float, copy: Path, use_box: bool,
+                 oracle=None) -> int | None:
     """One executor process from case ``start``; returns the case to resume at, or None when finished."""
     nonce = secrets.token_hex(8)
     workdir = tempfile.mkdtemp(prefix="radixlab-grade-")
@@ -173,12 +194,17 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
            "RADIXLAB_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     job = {"nonce": nonce, "drive": drive, "function": function, "cells": {str(k): v for k, v in cells.items()},
            "statements": statements, "cases": cases, "start": start, "time_limit": case_timeout,
-           "path": sb.python_path(sb.COPY_MOUNT if use_box else str(copy))}
+           "path": sb.python_path(sb.COPY_MOUNT if use_box else str(copy)), "ask": oracle is not None}
     proc = subprocess.Popen(executor_argv(copy, use_box), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, cwd=workdir, env=env, start_new_session=True)
+    asks: list = []  # the oracle's records of this process's questions: the grader's own data
     try:
         proc.stdin.write((json.dumps(job) + "\n").encode())
-        proc.stdin.close()
+        proc.stdin.flush()
+        if oracle is None:
+            proc.stdin.close()
+        else:  # a reply that would block (the run stopped reading) ends the run, never the grader
+            os.set_blocking(proc.stdin.fileno(), False)
     except BrokenPipeError:
         pass
     sel = selectors.DefaultSelector()
@@ -236,7 +262,12 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                         run.outcomes[current] = {"raised": why}
                     run.stopped = why
                     return None
-                if "def_error" in msg:
+                if "ask" in msg:
+                    if not _reply(proc, oracle, asks, msg["ask"], run.defined and current < len(cases)):
+                        if current < len(cases):
+                            run.outcomes[current] = {"raised": "your test stopped reading the answers to its calls"}
+                        return None
+                elif "def_error" in msg:
                     run.errors.append(msg["def_error"])
                 elif "defined" in msg:
                     run.defined = msg["defined"]
@@ -244,13 +275,18 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
                 elif "case" in msg:
                     k = msg.pop("case")
                     if k == current and not run.outcomes[k]:
-                        run.outcomes[k] = msg
+                        run.outcomes[k] = {**msg, "asks": asks} if oracle else msg
                         current += 1
                         phase_deadline = time.monotonic() + case_timeout + 5
                 elif "done" in msg:
                     return None
     finally:
         sel.close()
+        if proc.stdin and not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
         _kill(proc)
         _kill_adopted(ours)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -259,105 +295,24 @@ def _one_process(run: ExerciseRun, drive: str, function: str, cells: dict[int, s
 MAX_LINE = 64 * 1024 * 1024
 
 
+def _reply(proc: subprocess.Popen, oracle, asks: list, question: object, running: bool) -> bool:
+    """Answer one question of a run (only while its case runs); False when the reply would block."""
+    if oracle is None or proc.stdin is None or proc.stdin.closed:
+        return True  # no oracle: the question is ignored (its asker reads nothing)
+    reply = ask_oracle(oracle, asks, question) if running else \
+        {"raised": "RuntimeError", "message": "calls are answered only while your test runs"}
+    line = (json.dumps(reply, default=repr) + "\n").encode()
+    if len(line) > PIPE_BUF:  # a pipe write up to PIPE_BUF bytes is atomic: whole or not at all
+        line = b'{"raised": "RuntimeError", "message": "an answer too long to send"}\n'
+    try:
+        os.write(proc.stdin.fileno(), line)
+        return True
+    except (BlockingIOError, BrokenPipeError):
+        return False
+
+
+PIPE_BUF = 4096
+
+
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:160]
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the executor's whole process group, even when the executor itself has already exited:
-    a child it forked stays in the group (and alive) after it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        if proc.poll() is None:
-            proc.kill()
-    proc.wait()
-    if proc.stdout:
-        proc.stdout.close()
-
-
-# A process the submission starts in a new session (setsid, after a double fork) leaves the
-# executor's process group, so ``killpg`` misses it. On Linux the grader makes itself a *child
-# subreaper* while it runs a submission: such a process, orphaned when its parents die, becomes
-# the grader's child instead of init's, and is killed here with the rest. Elsewhere (and against
-# code that tampers with the machine in other ways), grade untrusted work in a container.
-PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
-
-
-def _child_subreaper(on: bool) -> bool:
-    """Turn this process's child-subreaper flag on or off; True when it changed (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    was = ctypes.c_int(0)
-    if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0 or bool(was.value) == on:
-        return False
-    return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
-
-
-def _parents() -> dict[int, int]:
-    """{pid: parent pid} of every process /proc shows (empty where there is no /proc)."""
-    parents: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return parents
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
-        if len(fields) > 1:
-            parents[int(entry)] = int(fields[1])
-    return parents
-
-
-def _children() -> set[int]:
-    """Pids whose parent is this process."""
-    me = os.getpid()
-    return {pid for pid, parent in _parents().items() if parent == me}
-
-
-def _kill_adopted(ours: set[int], seconds: float = 10.0) -> None:
-    """Kill every process below each child of ours that was not ours before the executor started
-    (orphans of the submission that the subreaper flag handed to us, and all they started), all
-    at once, then reap those children. Killing a process hands us its children as they die, so
-    repeat until no new child is left (for at most ``seconds``)."""
-    me, deadline = os.getpid(), time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        parents = _parents()
-        adopted = {pid for pid, parent in parents.items() if parent == me} - ours
-        if not adopted:
-            return
-        below: dict[int, list[int]] = {}
-        for pid, parent in parents.items():
-            below.setdefault(parent, []).append(pid)
-        doomed, stack = set(), list(adopted)
-        while stack:  # each adopted child and everything below it
-            pid = stack.pop()
-            if pid not in doomed:
-                doomed.add(pid)
-                stack.extend(below.get(pid, ()))
-        for pid in doomed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        waiting = set(adopted)
-        while waiting and time.monotonic() < deadline:  # reap, never blocking past the deadline
-            for pid in list(waiting):
-                try:
-                    if os.waitpid(pid, os.WNOHANG)[0]:
-                        waiting.discard(pid)
-                except ChildProcessError:
-                    waiting.discard(pid)
-            if waiting:
-                time.sleep(0.01)
-        if waiting:
-            return  # what would not die (not ours to kill, or stuck in the kernel) is left to the container

@@ -33,7 +33,8 @@ PACKAGE = "radixlab"
 ROOT = Path(__file__).resolve().parents[1]  # radixlab/
 NEVER = ("radixlab.course.answers", "radixlab.course.exercises", "radixlab.course.grade",
          "radixlab.course.runner", "radixlab.course.sandbox", "radixlab.course.lesson", "radixlab.course.tamper",
-         "radixlab.course.report", "radixlab.course.messages")
+         "radixlab.course.report", "radixlab.course.messages",
+         "radixlab.course.procs")
 """Module name prefixes that no copy holds: the answers, the exercise registry and the grader."""
 COURSE = "radixlab.course"  # the course's own checks and answers: told apart by the check itself
 COPY_MOUNT = "/radixlab-copy"  # where the copy appears inside the sandbox

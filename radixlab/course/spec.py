@@ -12,6 +12,10 @@ runs:
   ``drive`` returned, and computes the expected answer, the comparison and the points in its own
   clean process. Nothing the student's code does can reach those.
 
+An exercise whose answer is a test (04.2) names an ``oracle``: the implementations the test is run
+on are evaluated by it, outside the student's process, and the cases are judged from runs
+(``runs.py``).
+
 Scores are in rubric points (``rubric.RUBRIC``): the ``main`` cases share the main-path points, the
 ``boundary`` cases the boundary points, by their ``weight``. A case that raises
 ``NotImplementedError`` fails alone (partial credit); the exercise is "not done" only when every case
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .rubric import RUBRIC
+from .runs import ask_oracle, case_outcomes, implementation, plain_json, run_keys
 
 PARTS = ("main", "boundary")
 
@@ -70,6 +75,11 @@ class ExerciseSpec:
     compare: Callable[[Any, Any, Any], str | None] | None = None  # (got, want, args) -> message, None if right
     time_limit: float = 10.0  # seconds per case
     optional: bool = False  # graded and reported, but counted in no total (an exercise for who finishes early)
+    # An exercise whose answer is a test (04.2): (run, question) -> (reply, record). Each case's
+    # args["runs"] names the implementations its verdict needs; a run is one ``drive(fn, None, ask)``
+    # (in the grader: a fresh process per run, in an order nobody sees) whose every ``ask(question)``
+    # this answers, where the student's code cannot reach it; ``record``s (plain data) stay here.
+    oracle: Callable[[str, Any], tuple[Any, Any]] | None = None
 
     @property
     def lesson(self) -> str:
@@ -99,13 +109,19 @@ def run_case(spec: ExerciseSpec, fn: Callable, args: Any, time_limit: float | No
 
     ``{"answer": data}``, ``{"not_done": True}``, ``{"raised": "Type: message", "line": n}`` or
     ``{"timeout": seconds}``. In the main thread of a Unix process the case is interrupted after
-    ``time_limit`` seconds (the check cell never hangs); elsewhere the caller enforces it.
+    ``time_limit`` seconds (the check cell never hangs); elsewhere the caller enforces it. For an
+    oracle spec, the case's runs happen here, one after the other (``run_in_place``).
     """
-    return run_drive(spec.drive, fn, args, spec.time_limit if time_limit is None else time_limit)
+    limit = spec.time_limit if time_limit is None else time_limit
+    if spec.oracle is not None:
+        case = GradedCase("", args)
+        return case_outcomes([case], run_in_place(spec, fn, run_keys([case]), limit))[0]
+    return run_drive(spec.drive, fn, args, limit)
 
 
-def run_drive(drive: Callable[[Callable, Any], Any], fn: Callable, args: Any, limit: float) -> dict:
-    """``run_case`` without the spec: what the executor calls (it never holds a spec or a reference)."""
+def run_drive(drive: Callable, fn: Callable, args: Any, limit: float, ask: Callable | None = None) -> dict:
+    """``run_case`` without the spec: what the executor calls (it never holds a spec or a reference).
+    With ``ask`` (an oracle spec's run), ``drive(fn, args, ask)``."""
     use_alarm = limit and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     old = None
     if use_alarm:
@@ -115,7 +131,7 @@ def run_drive(drive: Callable[[Callable, Any], Any], fn: Callable, args: Any, li
         signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         try:
-            return {"answer": drive(fn, args)}
+            return {"answer": drive(fn, args) if ask is None else drive(fn, args, ask)}
         finally:  # stop the timer first: an alarm after this point cannot hit the caller
             if use_alarm:
                 signal.setitimer(signal.ITIMER_REAL, 0)
@@ -140,6 +156,27 @@ def _student_line(exc: BaseException) -> int | None:
         if not path.startswith(package_dir) and "site-packages" not in path and "lib/python" not in path:
             return frame.lineno
     return None
+
+
+# -- an exercise whose answer is a test (``runs.py``) ----------------------------------------------
+
+
+def run_in_place(spec: ExerciseSpec, fn: Callable, keys: list[str], limit: float) -> dict[str, dict]:
+    """Each run of an oracle spec in this process (the check cell): {run: outcome, with its "asks"}."""
+    outcomes = {}
+    for key in keys:
+        records: list = []
+
+        def ask(question: Any, key: str = key, records: list = records) -> Any:
+            return plain_json(ask_oracle(lambda q: spec.oracle(implementation(key), q), records, plain_json(question)))
+        outcomes[key] = run_drive(spec.drive, fn, None, limit, ask)
+        outcomes[key]["asks"] = records
+    return outcomes
+
+
+def expected(spec: ExerciseSpec, args: Any) -> Any:
+    """The expected answer, through JSON like the executor's answers (an oracle spec's compare needs none)."""
+    return None if spec.oracle is not None else json.loads(json.dumps(spec.drive(spec.reference, args), default=repr))
 
 
 def judge(spec: ExerciseSpec, case: GradedCase, outcome: dict, want: Any) -> tuple[bool, str]:
@@ -201,6 +238,7 @@ class CheckResult:
     exercise: str
     title: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
+    optional: bool = False  # counted in no total (and no mapping point is marked)
 
     @property
     def not_done(self) -> bool:
@@ -228,7 +266,8 @@ class CheckResult:
 
     def __repr__(self) -> str:
         head = f"Exercise {self.exercise} ({self.title})"
-        manual = f"; the mapping point ({RUBRIC['mapping']:g}) is marked by hand"
+        manual = ("; optional: counted in no total" if self.optional
+                  else f"; the mapping point ({RUBRIC['mapping']:g}) is marked by hand")
         if self.not_done:
             return (f"⏳ {head}: not done yet.\n"
                     f"   Replace `raise NotImplementedError()` under '# YOUR CODE HERE' with your code,\n"
@@ -254,7 +293,7 @@ class CheckResult:
 def outcomes_for(spec: ExerciseSpec, cases: list[GradedCase], results: list[dict], wants: list[Any],
                  rubric: dict | None = None) -> CheckResult:
     """Judge every case; ``results[i]`` is the plain outcome of case i (from the kernel or the executor)."""
-    result = CheckResult(spec.id, spec.title)
+    result = CheckResult(spec.id, spec.title, optional=spec.optional)
     for case, pts, outcome, want in zip(cases, case_points(cases, rubric), results, wants):
         passed, message = judge(spec, case, outcome, want)
         kind = next((k for k in ("not_done", "timeout", "raised", "answer") if k in outcome), "missing")
@@ -275,18 +314,21 @@ def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool =
         raise TypeError(f"{spec.function} must be a function, got {type(fn).__name__}")
     own = _imported_reference(spec, fn)
     cases = spec.cases(seed)
+    limit = spec.time_limit if time_limit is None else time_limit
+    runs = run_in_place(spec, fn, run_keys(cases), limit) if spec.oracle is not None and not own else {}
+    ran = case_outcomes(cases, runs) if runs else []
     results, wants = [], []
-    for case in cases:
+    for k, case in enumerate(cases):
         t0 = time.perf_counter()
         if own:
             outcome = {"raised": f"AssertionError: {spec.function} is radixlab's own {own}: write your own"}
         else:
-            outcome = run_case(spec, fn, case.args, time_limit)
-        outcome["seconds"] = time.perf_counter() - t0
+            outcome = ran[k] if ran else run_case(spec, fn, case.args, time_limit)
+        outcome["seconds"] = outcome.get("seconds", 0.0) + time.perf_counter() - t0
         if "answer" in outcome:  # compare as the grader does: both sides as JSON data
             outcome["answer"] = json.loads(json.dumps(outcome["answer"], default=repr))
         results.append(outcome)
-        wants.append(json.loads(json.dumps(spec.drive(spec.reference, case.args), default=repr)))
+        wants.append(expected(spec, case.args))
     result = outcomes_for(spec, cases, results, wants)
     if record:
         RESULTS.append(result)
