@@ -6,7 +6,7 @@ from radixlab.course.exercises import all_specs
 from radixlab.course.extract import extract
 from radixlab.course.runner import run_exercise
 from radixlab.course.runs import plan
-from radixlab.course.spec import CheckResult, expected, outcomes_for
+from radixlab.course.spec import CheckResult, check_exercise, expected, outcomes_for
 
 
 def grade_cells(exercise: str, cells: list[str], *, sandbox: bool | None = None, seed: int = 7,
@@ -23,3 +23,23 @@ def grade_cells(exercise: str, cells: list[str], *, sandbox: bool | None = None,
     if not run.defined:
         return None, run
     return outcomes_for(spec, cases, outcomes(run.outcomes), wants), run
+
+
+def in_kernel(exercise: str, cells: list[str]) -> CheckResult:
+    """What the check cell shows: the cells run in one namespace up to the check, then check_exercise."""
+    spec = all_specs()[exercise]
+    ns: dict = {"__name__": "__main__", spec.check: lambda fn: None}
+    for source in cells:
+        if spec.check + "(" in source:
+            break
+        exec(compile(source, "<cell>", "exec"), ns)
+    return check_exercise(spec, ns[spec.function], record=False, seed=7)
+
+
+def assert_full_marks_and_parity(exercise: str, cells: list[str]) -> None:
+    """An honest answer: 3/3 from the grader, and the check cell's verdict case by case the same (issue 19, 2 and 4)."""
+    result, run = grade_cells(exercise, cells)
+    assert result is not None, (run.errors, run.stopped)
+    assert result.passed and result.score == 3, repr(result)
+    kernel = in_kernel(exercise, cells)
+    assert kernel.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]

@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from grade_helpers import grade_cells
+from grade_helpers import assert_full_marks_and_parity, grade_cells, in_kernel
 from radixlab.course import sandbox as sb
 from radixlab.course.exercises import all_specs
-from test_grade_sandbox import _in_kernel, solution
+from test_grade_sandbox import solution
 
 boxed = pytest.mark.skipif(not sb.sandboxed(), reason=f"no bubblewrap here: {sb.sandbox_works()}")
 
@@ -80,11 +80,7 @@ HONEST = {
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_answers_score_full_marks_and_the_check_cell_agrees(name):
     exercise, cells = HONEST[name]
-    result, run = grade_cells(exercise, cells)
-    assert result is not None, (run.errors, run.stopped)
-    assert result.passed and result.score == 3, repr(result)
-    kernel = _in_kernel(exercise, cells)
-    assert kernel.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
+    assert_full_marks_and_parity(exercise, cells)
 
 
 WRONG = {
@@ -110,7 +106,7 @@ def test_wrong_answers_lose_points_with_the_same_message_in_both(name):
     exercise, cells, says = WRONG[name]
     assert cells[1] != {"01.1": MATCH, "01.2": MATCH_SLOTS, "02.1": SPLIT, "02.2": SPLIT_NODE}[exercise]
     result, _ = grade_cells(exercise, cells)
-    kernel = _in_kernel(exercise, cells)
+    kernel = in_kernel(exercise, cells)
     assert not result.passed and result.score < 3 and says in repr(result), repr(result)
     assert [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
     assert [o.message for o in kernel.outcomes] == [o.message for o in result.outcomes]
@@ -244,7 +240,7 @@ def test_the_reference_is_stripped_from_the_copy(exercise, target):
 
 
 def test_01_2_s_check_cell_says_it_counts_in_no_total():
-    result = _in_kernel("01.2", [IMPORTS_01_2, MATCH_SLOTS])
+    result = in_kernel("01.2", [IMPORTS_01_2, MATCH_SLOTS])
     assert result.passed and "optional: counted in no total" in repr(result) and "mapping" not in repr(result)
 
 

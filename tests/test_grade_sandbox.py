@@ -12,19 +12,17 @@ import json
 import os
 import pickletools  # noqa: F401  (documents the opcodes of the STACK_GLOBAL forgery below)
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from grade_helpers import grade_cells
+from grade_helpers import assert_full_marks_and_parity, grade_cells, in_kernel
 from radixlab.course import grade
 from radixlab.course import sandbox as sb
 from radixlab.course.edition import student_notebook, strip_markers
 from radixlab.course.exercises import all_specs
-from radixlab.course.spec import check_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -173,7 +171,7 @@ FORGERIES = {
 def test_the_broken_tree_forgery_is_a_real_one_in_the_students_kernel():
     """With radixlab's own RadixTree._split present (the student's kernel), the forgery passes: it is the
     stripped copy, not a review, that makes it harmless in the grader."""
-    assert _in_kernel("02.1", [FORGERIES["broken = RadixTree(): radixlab's insert splits the student's node"]]).passed
+    assert in_kernel("02.1", [FORGERIES["broken = RadixTree(): radixlab's insert splits the student's node"]]).passed
 
 
 @boxed
@@ -217,7 +215,7 @@ OTHER_FORGERIES = {
 def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
     """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader."""
     exercise, source = OTHER_FORGERIES[name]
-    assert _in_kernel(exercise, [source]).passed
+    assert in_kernel(exercise, [source]).passed
 
 
 @boxed
@@ -364,26 +362,11 @@ HONEST = {
 }
 
 
-def _in_kernel(exercise: str, cells: list[str]):
-    """What the check cell shows: the cells run in one namespace up to the check, then check_exercise."""
-    spec = all_specs()[exercise]
-    ns: dict = {"__name__": "__main__", spec.check: lambda fn: None}
-    for source in cells:
-        if spec.check + "(" in source:
-            break
-        exec(compile(source, "<cell>", "exec"), ns)
-    return check_exercise(spec, ns[spec.function], record=False, seed=7)
-
-
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_honest_styles_score_full_marks_and_the_check_cell_agrees(name):
     """Parity (issue 19, items 2 and 4): the grader's verdict equals the check cell's, case by case."""
     exercise, cells = HONEST[name]
-    result, run = grade_cells(exercise, cells)
-    assert result is not None, (run.errors, run.stopped)
-    assert result.passed and result.score == 3, repr(result)
-    kernel = _in_kernel(exercise, cells)
-    assert kernel.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
+    assert_full_marks_and_parity(exercise, cells)
 
 
 def test_a_wrong_answer_gets_the_same_verdict_in_both():
@@ -392,7 +375,7 @@ def test_a_wrong_answer_gets_the_same_verdict_in_both():
 
     wrong = "import heapq\nfrom radixlab.mem_cache.radix_cache import RadixCache\n" + inspect.getsource(ex_evict.fifo_parent_loop).replace("fifo_parent_loop", "evict_loop")
     result, _ = grade_cells("06.1", [wrong])
-    kernel = _in_kernel("06.1", [wrong])
+    kernel = in_kernel("06.1", [wrong])
     assert not result.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
     assert [o.message for o in kernel.outcomes] == [o.message for o in result.outcomes]
 
