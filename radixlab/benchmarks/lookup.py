@@ -308,14 +308,14 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
     once-per-request costs (right), on a shared time axis, since the two are paid at different rates."""
     import matplotlib.pyplot as plt
 
-    fig, (per_lookup, per_request) = plt.subplots(1, 2, figsize=(10.5, 4.0), sharey=True)
+    fig, (per_lookup, per_request) = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
     xs = [r.prefix_len for r in rows]
-    panels = [(per_lookup, "per lookup", [("hash: probe-down, re-hash (seed)", "probe_down_s", "o-"),
-                                          ("hash: forward, re-hash", "forward_s", "s-"),
-                                          ("hash: forward, kept hashes (vLLM)", "kept_s", "D-"),
-                                          ("radix: match_prefix", "radix_s", "^-")]),
-              (per_request, "per request, once", [("hash the request's blocks (kept hashes)", "hash_once_s", "x-C4"),
-                                                  ("pack the request's key (radix)", "pack_once_s", "+-C5")])]
+    panels = [(per_lookup, "per lookup", [("hash, probe-down, re-hash (seed)", "probe_down_s", "o-"),
+                                          ("hash, forward, re-hash", "forward_s", "s-"),
+                                          ("hash, kept hashes (vLLM)", "kept_s", "D-"),
+                                          ("radix match_prefix", "radix_s", "^-")]),
+              (per_request, "per request, once", [("hash its blocks (to keep)", "hash_once_s", "x-C4"),
+                                                  ("pack its key (radix)", "pack_once_s", "+-C5")])]
     for ax, title, lines in panels:
         for label, attr, style in lines:
             ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
@@ -326,7 +326,7 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
         ax.set_xlabel("cached prefix length (tokens)")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left")
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)  # off the lines
     per_lookup.set_ylabel("time (µs, median)")
     fig.suptitle("Longest-prefix lookup: what each design pays, and how often")
     fig.tight_layout()
