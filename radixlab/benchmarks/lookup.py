@@ -13,8 +13,10 @@ that extends the long prompt by a new question:
 
 Each lookup gets the request as a ready ``RadixKey`` (built once per request, outside the timing),
 so the times compare lookup work only; building that key (packing the token ids) is the tree's
-once-per-request cost and is timed separately ("pack once"), beside "hash once". Ratios are printed from the same run; notebook
-03_hash_vs_radix plots them.
+once-per-request cost and is timed separately ("pack once"), beside "hash once". Each time is the
+median of ``repeats`` rounds, every round running every lookup once, so a slow moment of a shared
+machine falls on all of them alike rather than deciding one best-of-N. Ratios are printed from the
+same run; notebook 03_hash_vs_radix plots them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -46,7 +49,7 @@ class LookupSetup:
 
 @dataclass
 class LookupRow:
-    """One prefix length: cost counters (deterministic) and best-of-N times in seconds."""
+    """One prefix length: cost counters (deterministic) and median times in seconds."""
 
     prefix_len: int
     hit_tokens_hash: int
@@ -115,17 +118,20 @@ def build_setup(prefix_len: int, block_size: int = 16, seed: int = 0, distractor
     return LookupSetup(prefix_len, hc, rc, query, kept)
 
 
-def _best_time(fn: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
+def _median_times(fns: dict[str, Callable[[], object]], repeats: int,
+                  clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Median seconds of each function over ``repeats`` rounds; a round calls every function once."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        for name, fn in fns.items():
+            t0 = clock()
+            fn()
+            times[name].append(clock() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
-    """Count the work of each lookup; with ``repeats > 0`` also time each (best of ``repeats``)."""
+    """Count the work of each lookup; with ``repeats > 0`` also time each (median of ``repeats`` rounds)."""
     hc, rc, q, hashes = setup.hash_cache, setup.radix_cache, setup.query, setup.kept.hashes
     down, fwd, kept = hc.match_probe_down(q), hc.match_forward(q), hc.match_kept_hashes(hashes)
     res = rc.match_prefix(q)
@@ -137,13 +143,17 @@ def measure(setup: LookupSetup, repeats: int = 0) -> LookupRow:
                     fwd.hash_computations, fwd.dict_probes, kept.dict_probes, visited)
     if repeats > 0:
         bs = setup.kept.block_size
-        row.probe_down_s = _best_time(lambda: hc.match_probe_down(q), repeats)
-        row.forward_s = _best_time(lambda: hc.match_forward(q), repeats)
-        row.kept_s = _best_time(lambda: hc.match_kept_hashes(hashes), repeats)
-        row.hash_once_s = _best_time(lambda: RequestBlockHashes(q.token_ids, bs), repeats)
-        row.radix_s = _best_time(lambda: rc.match_prefix(q), repeats)
         tokens = list(q.token_ids)  # the request's token ids, as a tokenizer hands them over
-        row.pack_once_s = _best_time(lambda: RadixKey(tokens), repeats)
+        medians = _median_times({
+            "probe_down_s": lambda: hc.match_probe_down(q),
+            "forward_s": lambda: hc.match_forward(q),
+            "kept_s": lambda: hc.match_kept_hashes(hashes),
+            "hash_once_s": lambda: RequestBlockHashes(q.token_ids, bs),
+            "radix_s": lambda: rc.match_prefix(q),
+            "pack_once_s": lambda: RadixKey(tokens),
+        }, repeats)
+        for attr, seconds in medians.items():
+            setattr(row, attr, seconds)
     return row
 
 
@@ -269,13 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m radixlab bench lookup", description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=list(DEFAULT_LENGTHS),
                         help="cached prefix lengths in tokens (default: %(default)s)")
-    parser.add_argument("--repeats", type=int, default=30, help="timed runs per lookup; best is kept")
+    parser.add_argument("--repeats", type=int, default=30, help="timed rounds per lookup; the median is kept")
     parser.add_argument("--block-size", type=int, default=16, help="hash cache block size (default 16)")
     args = parser.parse_args(argv)
     if args.repeats <= 0 or any(n <= 0 for n in args.lengths) or args.block_size <= 0:
         parser.error("--lengths, --repeats and --block-size must be positive")
     print(f"lookup: one cached prompt of L tokens (+8 distractors); request = prompt + {QUESTION_TOKENS} "
-          f"new tokens; block_size={args.block_size}; best of {args.repeats}")
+          f"new tokens; block_size={args.block_size}; median of {args.repeats}")
     rows = run(args.lengths, args.repeats, args.block_size)
     print(format_counts(rows))
     print()
@@ -294,26 +304,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot_lookup_times(rows: Sequence[LookupRow]):
-    """Log-log plot of the four lookups' times and the two once-per-request costs against prefix length (notebook 03)."""
+    """Log-log plots against prefix length (notebook 03): the four lookups' times (left) and the two
+    once-per-request costs (right), on a shared time axis, since the two are paid at different rates."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9.6, 3.8))
+    fig, (per_lookup, per_request) = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
     xs = [r.prefix_len for r in rows]
-    for label, attr, style in [("hash: probe-down, re-hash (seed)", "probe_down_s", "o-"),
-                               ("hash: forward, re-hash", "forward_s", "s-"),
-                               ("hash: forward, kept hashes (vLLM)", "kept_s", "D-"),
-                               ("radix: match_prefix", "radix_s", "^-"),
-                               ("hashing a request once (not per lookup)", "hash_once_s", "x:"),
-                               ("packing a request's key once (the tree's share)", "pack_once_s", "+:")]:
-        ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
-    ax.minorticks_off()
-    ax.set_yscale("log")
-    ax.set_xlabel("cached prefix length (tokens)")
-    ax.set_ylabel("lookup time (µs, best of N)")
-    ax.set_title("Longest-prefix lookup cost")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not on them
+    panels = [(per_lookup, "per lookup", [("hash, probe-down, re-hash (seed)", "probe_down_s", "o-"),
+                                          ("hash, forward, re-hash", "forward_s", "s-"),
+                                          ("hash, kept hashes (vLLM)", "kept_s", "D-"),
+                                          ("radix match_prefix", "radix_s", "^-")]),
+              (per_request, "per request, once", [("hash its blocks (to keep)", "hash_once_s", "x-C4"),
+                                                  ("pack its key (radix)", "pack_once_s", "+-C5")])]
+    for ax, title, lines in panels:
+        for label, attr, style in lines:
+            ax.plot(xs, [getattr(r, attr) * 1e6 for r in rows], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [f"{x // 1024}k" if x >= 1024 else str(x) for x in xs])
+        ax.minorticks_off()
+        ax.set_yscale("log")
+        ax.set_xlabel("cached prefix length (tokens)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)  # off the lines
+    per_lookup.set_ylabel("time (µs, median)")
+    fig.suptitle("Longest-prefix lookup: what each design pays, and how often")
     fig.tight_layout()
     return fig
