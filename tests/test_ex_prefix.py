@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from radixlab.course import ex_prefix
 from radixlab.course import spec as check
 from radixlab.course.answers_prefix import reference_longest_cached_prefix
 from radixlab.course.edition import blank_solutions, strip_markers
@@ -82,19 +83,57 @@ def test_blank_is_not_done_yet_and_recorded():
     assert check.RESULTS[n:] == [result] and result.score == 0
 
 
-@pytest.mark.parametrize("name, fn", [
-    ("aligned = common", _with_aligned(lambda c, p: c)),
-    ("ceil instead of floor", _with_aligned(lambda c, p: math.ceil(c / p) * p)),
-    ("round to nearest page", _with_aligned(lambda c, p: round(c / p) * p)),
-    ("one page short", _with_aligned(lambda c, p: max(c // p * p - p, 0))),
-    ("ignores the namespace", ignore_namespace),
-    ("no page_size check", no_validation),
+def ceil_and_any_namespace(q, ns, paths, p):
+    return _with_aligned(lambda c, p: math.ceil(c / p) * p)(q, ns, paths, p, _ns=False)
+
+
+def returns_a_float(q, ns, paths, p):
+    return float(reference_longest_cached_prefix(q, ns, paths, p))
+
+
+@pytest.mark.parametrize("name, fn, says", [
+    ("aligned = common", _with_aligned(lambda c, p: c), "you returned the raw match, without rounding to pages"),
+    ("ceil instead of floor", _with_aligned(lambda c, p: math.ceil(c / p) * p), "you rounded up to a whole page"),
+    ("round to nearest page", _with_aligned(lambda c, p: round(c / p) * p), "you rounded to the nearest page"),
+    ("one page short", _with_aligned(lambda c, p: max(c // p * p - p, 0)), "one page short: you dropped a page"),
+    ("ignores the namespace", ignore_namespace, "you reused a path cached under another namespace"),
+    ("no page_size check", no_validation, "a page_size of 0 must raise ValueError"),
+    ("ceil and any namespace", ceil_and_any_namespace,
+     "another namespace: only paths whose namespace equals query_namespace count (equal tokens under another "
+     "extra_key are another model's KV); and you rounded up"),
+    ("a float", returns_a_float, "return an int"),
 ])
-def test_plausible_wrong_answers_fail(name, fn):
+def test_plausible_wrong_answers_fail_naming_the_mistake(name, fn, says):
     result = check_longest_cached_prefix(fn, record=False)
     assert not result.passed and not result.not_done, name
     assert repr(result).startswith("❌ Exercise 04.1"), name
     assert result.score < 3
+    assert says in repr(result), repr(result)
+    graded = check.check_exercise(ex_prefix.SPEC, fn, seed=12345, record=False)  # the grader's fresh tokens
+    assert says in repr(graded), repr(graded)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("ceil", _with_aligned(lambda c, p: math.ceil(c / p) * p)),
+    ("one page short", _with_aligned(lambda c, p: max(c // p * p - p, 0))),
+    ("ignores the namespace", ignore_namespace),
+])
+def test_each_named_mistake_is_named_on_every_case_it_fails_and_no_other_is(name, fn):
+    """A mistake is named only when it explains every answer of the case: never a wrong accusation."""
+    result = check_longest_cached_prefix(fn, record=False)
+    named = {"ceil": "rounded up", "one page short": "one page short", "ignores the namespace": "another namespace"}
+    for o in result.outcomes:
+        if not o.passed:
+            assert named[name] in o.message, o.message
+            assert all(v not in o.message for k, v in named.items() if k != name), o.message
+
+
+def test_a_mistake_outside_the_list_gets_a_hint_not_a_wrong_name():
+    """First match wins agrees with 'one page short' on some call; it is not blamed for it."""
+    for seed in (0, 12345):
+        result = check.check_exercise(ex_prefix.SPEC, _first_match, seed=seed, record=False)
+        text = repr(result)
+        assert "that misses reusable tokens" in text and "one page short" not in text, text
 
 
 def test_main_path_alone_scores_two():

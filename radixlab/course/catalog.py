@@ -31,12 +31,12 @@ COURSE = [
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
            "adv05 + lesson 4"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 30,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
-           "EAGLE bigrams, PagedAttention (Q1)", "lesson 4"),
-    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 35,
-           "who owns each KV slot, match → lock → alloc → decode → insert → unlock, exercise: the hand-over of "
-           "cache_finished_req, chunked prefill, lock_ref vs ref (figure 4-1)",
+           "PagedAttention (Q1); Going further: EAGLE bigrams", "lesson 4"),
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
+           "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
+           "the hand-over of cache_finished_req, lock_ref vs ref (figure 4-1); Going further: chunked prefill",
            "lesson 4"),
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",

@@ -94,7 +94,10 @@ def compare(got: Any, want: list, args: dict) -> str | None:
             cache = "the lesson's cache" if [list(x) for x in paths] == [list(x) for x in SEED_CACHE] else paths
             what = "raise ValueError" if w == "ValueError" else f"return {w}"
             did = "it raised ValueError" if g == "ValueError" else f"it returned {g}"
-            return f"longest_cached_prefix({q}, {ns!r}, {cache}, page_size={p}) should {what}; {did}"
+            from .answers_prefix import diagnose  # the grader's (or the check cell's) process, never the executor
+            named = diagnose(args["calls"], got, want)
+            return (f"longest_cached_prefix({q}, {ns!r}, {cache}, page_size={p}) should {what}; {did}"
+                    + (f"\n   {named}." if named else ""))
     return None if got == want else "a different number of answers came back"
 
 
