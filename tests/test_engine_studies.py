@@ -79,3 +79,6 @@ def test_index_flow_from_live_objects(tiny):
     assert "node #" in d.text and "'Be brief. '" in d.text and "(its own)" in d.text
     assert f"{len(set(rows['A']) | set(rows['B']))} distinct slots hold the {a.seq_len + b.seq_len} row entries" in d.text
     assert "kv:s0:w" in d.dot_source
+    shared = a.last_node.parent  # the system prompt's node: the parent of A's and of B's own node
+    assert shared is b.last_node.parent and f"n{shared.id} -> n{a.last_node.id};" in d.dot_source  # tree edges drawn
+    assert "(shared)" not in d.dot_source  # the legend does not call every tree node shared

@@ -289,6 +289,7 @@ def test_viz_timeline_draws_and_steps():
     assert len(frames) == 5 and frames[-1].count("\n") == 5 and "▶" in frames[-1]
     assert all(g[0] < g[1] for g in device_gaps(a))
     fig = plot_ratio_curve([{"proportion": 1.0, "ratio": 1.5}, {"proportion": 2.0, "ratio": 1.3}])
+    assert not fig.axes[0].patches  # no shaded band away from the ideal's peak (device = CPU)
     plt.close(fig)
 
 

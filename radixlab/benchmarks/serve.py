@@ -16,7 +16,8 @@ capacity (``--kv-tokens``) and in the same process, so the ratios are fair:
 
 All requests of a workload arrive together (an offline batch, like SGLang's ``bench_offline_throughput``),
 FCFS unless the configuration says otherwise, greedy, each generating its trace's output length (``ignore_eos``). Per configuration: hit rate
-(cached prompt tokens / prompt tokens), prefill tokens computed, mean and p99 time to first token,
+(cached prompt tokens / prompt tokens), prefill tokens computed, mean and maximum time to first token (the
+tables print the maximum: over a few dozen requests a 99th percentile is almost the maximum; the JSON keeps both),
 output throughput, and the CPU time spent inside the cache's methods per request. Two more tables:
 the throughput ratio radix/no-cache against output length (decode dominates long outputs on a tiny
 model), and the scheduling policies on a queue longer than a batch with a KV pool too small for it.
@@ -114,6 +115,7 @@ def serve_once(model: Any, trace: Sequence[TraceRequest], engine_kwargs: dict, m
     out_tokens = sum(len(o["output_ids"]) for o in out)
     return {"hit_rate": cached / prompt_tokens, "prefill_tokens": engine.stats.prefill_tokens,
             "prompt_tokens": prompt_tokens, "ttft_mean": statistics.fmean(ttft), "ttft_p99": percentile(ttft, 99),
+            "ttft_max": max(ttft),
             "throughput": out_tokens / wall, "wall_s": wall, "cache_ms_per_req": 1e3 * cache_s[0] / len(trace),
             "evicted_tokens": engine.stats.evicted_tokens, "outputs": [o["output_ids"] for o in out]}
 
@@ -188,22 +190,22 @@ def policy_trace(vocab: int, scale: float = 1.0, seed: int = 0) -> list[TraceReq
 
 def format_cache_table(results: dict) -> str:
     head = (f"{'workload':<21} {'cache':<16} {'hit':>6} {'prefill':>8} {'×less':>6} {'TTFT mean':>10} {'×lower':>7} "
-            f"{'p99':>8} {'tok/s':>7} {'×thru':>6} {'cache ms/req':>12}")
+            f"{'max':>8} {'tok/s':>7} {'×thru':>6} {'cache ms/req':>12}")
     lines = [head, "-" * len(head)]
     for w, rows in results.items():
         for c, r in rows.items():
             lines.append(f"{w:<21} {c:<16} {r['hit_rate']:>6.1%} {r['prefill_tokens']:>8} {r['prefill_ratio']:>5.2f}× "
-                         f"{r['ttft_mean'] * 1e3:>8.0f}ms {r['ttft_ratio']:>6.2f}× {r['ttft_p99'] * 1e3:>6.0f}ms "
+                         f"{r['ttft_mean'] * 1e3:>8.0f}ms {r['ttft_ratio']:>6.2f}× {r['ttft_max'] * 1e3:>6.0f}ms "
                          f"{r['throughput']:>7.1f} {r['throughput_ratio']:>5.2f}× {r['cache_ms_per_req']:>12.3f}")
     return "\n".join(lines)
 
 
 def format_policy_table(rows: dict) -> str:
-    head = f"{'policy':<11} {'hit':>6} {'prefill':>8} {'tok/s':>7} {'p99 TTFT':>9} {'evicted':>8}"
+    head = f"{'policy':<11} {'hit':>6} {'prefill':>8} {'tok/s':>7} {'max TTFT':>9} {'evicted':>8}"
     lines = [head, "-" * len(head)]
     for p, r in rows.items():
         lines.append(f"{p:<11} {r['hit_rate']:>6.1%} {r['prefill_tokens']:>8} {r['throughput']:>7.1f} "
-                     f"{r['ttft_p99'] * 1e3:>7.0f}ms {r['evicted_tokens']:>8}")
+                     f"{r['ttft_max'] * 1e3:>7.0f}ms {r['evicted_tokens']:>8}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ Mirrors ``sglang/srt/server_args.py``, whose names it keeps (``page_size``, ``ma
 ``schedule_policy``, ``random_seed``, ``disable_overlap_schedule``). Differences, on purpose: the
 defaults are sized for a laptop and the tiny model; ``disable_overlap_schedule`` is True (the engine
 is first a thing to step through, notebook 08); ``chunked_prefill_size=None`` means no chunking
-(SGLang: -1). The rest are radixlab's switches: ``prefix_cache`` ("radix", or "hash": vLLM's
+(SGLang: -1; its None sizes the chunk from GPU memory, ``_handle_gpu_memory_settings``). The rest are radixlab's switches: ``prefix_cache`` ("radix", or "hash": vLLM's
 block-hash cache, notebook 09), ``device_backend`` (notebook 08), ``hold_back_deprioritized``
 (``schedule_policy.py``), ``keep_logits`` and two unsafe switches for notebook 07's demonstrations.
 """

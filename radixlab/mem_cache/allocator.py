@@ -7,6 +7,9 @@ moment in exactly one place: the free list, a cache node, or the tail of one liv
 (tests/test_lifecycle.py checks it after every step). Differences from SGLang, on purpose: slots
 count from 0 (no dummy page 0: radixlab never pads a batch); freeing a slot twice or one never
 handed out raises (SGLang trusts its callers), because finding such bugs is what the course is about.
+Differences for simplicity: freed pages go to the back of the free list (SGLang's paged allocator puts
+them in front, so the page freed last is handed out first); one ``free`` per call (SGLang also has
+``free_segment``, which skips a device ``unique``, and ``free_group_begin/end`` to batch many frees).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ entry ``[row, i]`` is the KV slot of the request's token ``i`` (slots come from 
 allocator.py). ``MHATokenToKVPool`` holds per layer a K and a V buffer with one row per slot. The
 index flow is tree node → request row → slot → K/V row. Differences from SGLang, on purpose: slots
 and rows count from 0 and the buffers have exactly ``size`` rows (SGLang keeps slot 0 and row 0 as
-dummies for padded CUDA-graph batches; radixlab never pads a batch); a slot written into a row must
+dummies for padded CUDA-graph batches; radixlab never pads a batch); ``req_to_token`` is int64, so
+it indexes the buffers as it is (SGLang's is int32, half the memory); a slot written into a row must
 be one the allocator handed out (checked on the CPU always, on an accelerator with the debug
 switch, ``radixlab.utils.debug``, since it costs a device sync); so must ``set_kv_buffer``'s ``loc``
 (debug switch only: it runs on every layer of every step).

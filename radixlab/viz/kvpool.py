@@ -60,6 +60,10 @@ def index_flow(engine: Any, reqs: dict[str, Any], layer_id: int = 0, decode: Any
                    f'<tr><td bgcolor="#eeeeee">{html.escape(name)} · row {req.req_pool_idx}</td></tr>{cells}</table>>];')
         dot.extend(f'r{req.req_pool_idx}:p{p}:e -> kv:s{s}:w [color="{"#3b75af" if p < start else "#e07b39"}", '
                    f'arrowsize=0.5];' for p, s in enumerate(row))
+    dot.append('root [shape=box, style=rounded, label="root"];')
+    for node in sorted(nodes.values(), key=lambda n: n.id):  # the tree's own edges, parent → child
+        parent = "root" if node.parent is cache.root_node else f"n{node.parent.id}"
+        dot.append(f"{parent} -> n{node.id};")
     for node in sorted(nodes.values(), key=lambda n: n.id):
         text = decode(list(node.key.token_ids))
         lines.append(f"node #{node.id} {text!r}: {len(node.key)} tokens → slots "
@@ -74,7 +78,8 @@ def index_flow(engine: Any, reqs: dict[str, Any], layer_id: int = 0, decode: Any
     kv_cells = "".join(f'<tr><td port="s{s}">slot {s}</td></tr>' for s in sorted(used))
     dot.append(f'kv [label=<<table border="0" cellborder="1" cellspacing="0"><tr><td bgcolor="#eeeeee">'
                f'K/V rows (layer {layer_id})</td></tr>{kv_cells}</table>>];')
-    dot.append('legend [label="blue: positions whose slots belong to the tree (shared); orange: the request\'s own slots"];')
+    dot.append('legend [label="blue: slots held by a tree node (reusable; lock_ref = how many live rows read them); '
+               'orange: the request\'s own slots"];')
     dot.append("}")
     return TreeDrawing("\n".join(lines), "\n".join(dot))
 
