@@ -169,3 +169,16 @@ def test_exercise_ids_follow_the_notebook_number(path):
     for j in _exercise_cells(nb):
         exercise = _exercise_id(CHECK_CALL.search(nb.cells[j].source).group(0)[:-1])
         assert exercise.split(".")[0] == path.stem[:2], (path.stem, exercise)
+
+
+def test_the_course_map_states_each_notebooks_own_time():
+    """Notebook 00 prints the map; each row's minutes are the time the notebook's first cell states."""
+    import re
+
+    from radixlab.course.catalog import COURSE
+
+    for lesson in COURSE:
+        nb = nbformat.read(NOTEBOOK_DIR / f"{lesson.notebook}.ipynb", as_version=4)
+        stated = re.search(r"about (\d+) minutes", nb.cells[0].source, re.IGNORECASE)
+        assert stated, f"{lesson.notebook}: cell 0 states no time ('about N minutes')"
+        assert int(stated.group(1)) == lesson.minutes, (lesson.notebook, stated.group(0), lesson.minutes)

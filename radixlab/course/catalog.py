@@ -21,13 +21,13 @@ COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
            "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
            "a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 35,
+    Lesson("01_radix_tree", "The radix tree", 30,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, requests A and B, "
            "optional exercise: the match in SGLang's semantics", "adv05"),
-    Lesson("02_cow_split", "Copy-on-write split and ref counts", 40,
+    Lesson("02_cow_split", "Copy-on-write split and ref counts", 30,
            "_split as a CoW fork, ref=2 on the shared node, the wrong-order bug (Q3), exercises: the seed's split and "
            "SGLang's _split_node, ref vs lock_ref", "adv05"),
-    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 35,
+    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 25,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
            "adv05 + lesson 4"),
@@ -41,7 +41,7 @@ COURSE = [
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
            "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
            "lesson 4 + adv05 Q2"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 25,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 20,
            "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
            "KV bytes per token, exercise: the gather", "lesson 4"),
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
