@@ -263,3 +263,32 @@ def test_the_blank_student_edition_is_not_done_for_every_exercise_here(tmp_path)
     assert {"01.1", "01.2", "02.1", "02.2"} <= set(seen), seen
     for ex in ("01.1", "01.2", "02.1", "02.2"):
         assert seen[ex]["status"] == "not done" and seen[ex]["points"] == 0, seen[ex]
+
+
+LEANING = {
+    "a wrapper around the course's answer": ("01.1", """
+        from radixlab.course import answers_match
+
+        def match_prefix(root, tokens):
+            return answers_match.reference_match_prefix(root, tokens)
+        """, "radixlab.course"),
+    "radixlab's match_prefix on a tree given the student's root": ("01.1", """
+        from radixlab.tree import RadixTree
+
+        def match_prefix(root, tokens):
+            tree = RadixTree()
+            tree.root = root
+            return tree.match_prefix(tokens)
+        """, "RadixTree.match_prefix"),
+    "the teaching tree's _split, called on the class": ("02.1", FORGERIES["02.1 the teaching tree's _split"][1][0],
+                                                         "RadixTree._split"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEANING))
+def test_the_check_cell_says_when_an_answer_leans_on_code_the_grader_lacks(name):
+    """Such an answer passes with the whole of radixlab at hand and scores 0 in the grader: the check cell says so
+    before the student hands it in, instead of showing a pass."""
+    exercise, source, what = LEANING[name]
+    kernel = in_kernel(exercise, [textwrap.dedent(source)])
+    assert not kernel.passed and what in repr(kernel) and "grader's copy" in repr(kernel), repr(kernel)

@@ -340,9 +340,18 @@ def _copy_modules(roots: tuple[str, ...], strip: tuple[str, ...]) -> frozenset[s
 def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> str:
     """What ``fn`` uses from radixlab that the grader's copy lacks ('' when nothing): the names its
     code reads from its module's globals (helpers' too) that are radixlab modules or objects of a
-    module absent from the copy, or a stripped function itself."""
+    module absent from the copy, or a stripped function itself; and, for a student's function (not
+    one of radixlab's), anything of ``radixlab.course`` (no copy holds it) and a stripped method read
+    as an attribute of its own class (``RadixTree()._split``)."""
     present = _copy_modules(tuple(roots), tuple(strip))
     stripped = {s.replace(":", ".") for s in strip if ":" in s}
+    methods = set()  # (module, class, method) of each stripped method
+    for target in strip:
+        module, _, qual = target.partition(":")
+        if "." in qual:
+            methods.add((module, *qual.rsplit(".", 1)))
+    root = getattr(fn, "__func__", fn)
+    students = not str(getattr(root, "__module__", "")).startswith(PACKAGE)
     seen: set[int] = set()
     todo = [fn]
     while todo:
@@ -362,6 +371,14 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
             if value is None:
                 continue
             module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
+            if students and isinstance(module, str) and (module == COURSE or module.startswith(COURSE + ".")):
+                return (f"{module} (your code uses it as {name}; the grader's copy of radixlab holds none of "
+                        f"{COURSE})")
+            if isinstance(value, type):
+                for mod, cls, attr in methods:
+                    if attr in names and value.__module__ == mod and value.__qualname__ == cls:
+                        return (f"{mod}.{cls}.{attr} (your code calls it on {name}, and the grader's copy of "
+                                "radixlab for this exercise does not hold it)")
             if not isinstance(module, str) or module.split(".")[0] != PACKAGE or module.startswith(COURSE):
                 todo.append(value) if callable(value) else None
                 continue
