@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Hashable, Sequence
 
+from ..tree import common_prefix_len
+
 
 def reference_longest_cached_prefix(query_tokens: Sequence[int], query_namespace: Hashable,
                                     cached_paths: Sequence[tuple[Sequence[int], Hashable]], page_size: int) -> int:
@@ -37,20 +39,11 @@ def reference_test_shorter_query(longest_cached_prefix) -> None:
 # -- what a wrong answer did: the check's messages name the mistake (grader side only) ---------------
 
 
-def _common(query: Sequence[int], cached: Sequence[int]) -> int:
-    n = 0
-    for left, right in zip(query, cached):
-        if left != right:
-            break
-        n += 1
-    return n
-
-
 def _scan(query, namespace, paths, page_size, align, *, any_namespace=False) -> int | str:
     """The lesson's scan with ``align(common, page_size)`` in the blank (what each mistake computes)."""
     if page_size <= 0:
         return "ValueError"
-    return max([align(_common(query, t), page_size) for t, n in paths if any_namespace or n == namespace],
+    return max([align(common_prefix_len(query, t), page_size) for t, n in paths if any_namespace or n == namespace],
                default=0)
 
 

@@ -340,8 +340,8 @@ def _copy_modules(roots: tuple[str, ...], strip: tuple[str, ...]) -> frozenset[s
 def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> str:
     """What ``fn`` uses from radixlab that the grader's copy lacks ('' when nothing): the names its
     code reads from its module's globals (helpers' too) that are radixlab modules or objects of a
-    module absent from the copy, or a stripped function itself; and, for a student's function (not
-    one of radixlab's), anything of ``radixlab.course`` (no copy holds it) and a stripped method read
+    module absent from the copy, or a stripped function itself; and, for a student's function (one
+    defined in a notebook, ``__main__``), anything of ``radixlab.course`` (no copy holds it) and a stripped method read
     as an attribute of its own class (``RadixTree()._split``)."""
     present = _copy_modules(tuple(roots), tuple(strip))
     stripped = {s.replace(":", ".") for s in strip if ":" in s}
@@ -351,7 +351,7 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
         if "." in qual:
             methods.add((module, *qual.rsplit(".", 1)))
     root = getattr(fn, "__func__", fn)
-    students = not str(getattr(root, "__module__", "")).startswith(PACKAGE)
+    students = getattr(root, "__module__", None) == "__main__"  # defined in a notebook's kernel
     seen: set[int] = set()
     todo = [fn]
     while todo:
@@ -374,7 +374,7 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
             if students and isinstance(module, str) and (module == COURSE or module.startswith(COURSE + ".")):
                 return (f"{module} (your code uses it as {name}; the grader's copy of radixlab holds none of "
                         f"{COURSE})")
-            if isinstance(value, type):
+            if students and isinstance(value, type):
                 for mod, cls, attr in methods:
                     if attr in names and value.__module__ == mod and value.__qualname__ == cls:
                         return (f"{mod}.{cls}.{attr} (your code calls it on {name}, and the grader's copy of "
