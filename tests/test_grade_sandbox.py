@@ -213,9 +213,17 @@ OTHER_FORGERIES = {
 @pytest.mark.parametrize("name", ["01.1 RadixTree.find walks the path", "06.1 the wrong-answer helper with the right rule",
                                   "07.1 radixlab's gather_kv", "08.1 the instructor's answer", "09.1 the engine's LPM sort"])
 def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
-    """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader."""
+    """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader. (The
+    check cell's notice of code the copy lacks is bypassed here: it is a courtesy, tested on its own.)"""
+    from radixlab.course import spec as spec_module
+
     exercise, source = OTHER_FORGERIES[name]
-    assert in_kernel(exercise, [source]).passed
+    real = spec_module._imported_reference
+    spec_module._imported_reference = lambda s, f: ""
+    try:
+        assert in_kernel(exercise, [source]).passed
+    finally:
+        spec_module._imported_reference = real
 
 
 @boxed
