@@ -341,7 +341,7 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
     """What ``fn`` uses from radixlab that the grader's copy lacks ('' when nothing): the names its
     code reads from its module's globals (helpers' too) that are radixlab modules or objects of a
     module absent from the copy, or a stripped function itself; and, for a student's function (one
-    defined in a notebook, ``__main__``), anything of ``radixlab.course`` (no copy holds it) and a stripped method read
+    defined in a notebook, ``__main__``), anything of ``radixlab.course`` (the course's checks and answers) and a stripped method read
     as an attribute of its own class (``RadixTree()._split``)."""
     present = _copy_modules(tuple(roots), tuple(strip))
     stripped = {s.replace(":", ".") for s in strip if ":" in s}
@@ -372,8 +372,8 @@ def outside_copy(roots: tuple[str, ...], strip: tuple[str, ...], fn: object) -> 
                 continue
             module = value.__name__ if isinstance(value, type(os)) else getattr(value, "__module__", None)
             if students and isinstance(module, str) and (module == COURSE or module.startswith(COURSE + ".")):
-                return (f"{module} (your code uses it as {name}; the grader's copy of radixlab holds none of "
-                        f"{COURSE})")
+                return (f"{module} (your code uses it as {name}: the course's checks and answers are not part of "
+                        "an answer, and the grader's copy of radixlab does not hold them)")
             if students and isinstance(value, type):
                 for mod, cls, attr in methods:
                     if attr in names and value.__module__ == mod and value.__qualname__ == cls:
