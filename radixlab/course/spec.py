@@ -267,7 +267,7 @@ class CheckResult:
     def __repr__(self) -> str:
         head = f"Exercise {self.exercise} ({self.title})"
         manual = ("; optional: counted in no total" if self.optional
-                  else f"; the mapping point ({RUBRIC['mapping']:g}) is marked by hand")
+                  else f" for the code; the written follow-up below is worth {RUBRIC['mapping']:g} more")
         if self.not_done:
             return (f"⏳ {head}: not done yet.\n"
                     f"   Replace `raise NotImplementedError()` under '# YOUR CODE HERE' with your code,\n"
