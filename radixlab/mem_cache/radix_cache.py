@@ -84,8 +84,12 @@ class RadixCache(RadixTreeViews, BasePrefixCache):
         Only whole pages are stored; ``value=None`` uses the token ids as stand-in slots (SGLang's
         simulation fallback). The caller keeps the slots of the first ``prefix_len`` units.
         ``chunked=True`` (SGLang's ``InsertParams.chunked``) leaves ``hit_count`` alone. Given slots
-        are checked first (``utils.check_slots``: >= 0 and, with an allocator, handed out by it)."""
-        prefix_len, _ = self._insert(key, value, priority, chunked, check=value is not None)
+        are checked first (``utils.check_slots``): with an allocator, >= 0 and handed out by it; without
+        one (a tree that owns no KV), a list is checked for negative slots and a tensor only with the
+        debug switch on, as that check would add a fifth to the time of every insert."""
+        check = value is not None and (self.token_to_kv_pool_allocator is not None or debug.DEBUG
+                                       or not isinstance(value, torch.Tensor))
+        prefix_len, _ = self._insert(key, value, priority, chunked, check=check)
         return prefix_len
 
     def inc_lock_ref(self, node: TreeNode) -> int:
