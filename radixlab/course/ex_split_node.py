@@ -1,4 +1,5 @@
-"""Exercise 02.2 (notebook 02_cow_split): SGLang's split, ``RadixCache._split_node``, on radixlab's cache.
+"""Exercise 02.2, optional (notebook 02_cow_split, "Going further"): SGLang's split,
+``RadixCache._split_node``, on radixlab's cache.
 
 The student writes ``split_node(cache, key, child, split_len) -> new_node`` in SGLang's direction: a
 new node for the *prefix*, the original ``child`` keeps the suffix, the parent re-pointed, ``lock_ref``
@@ -203,7 +204,8 @@ def cases(seed: int = 0) -> list[GradedCase]:
 
 
 SPEC = ExerciseSpec(
-    id="02.2", title="SGLang's _split_node", function="split_node", check="check_split_node",
+    id="02.2", optional=True, title="SGLang's _split_node (optional)", function="split_node",
+    check="check_split_node",
     reference=reference_split_node, drive=drive, cases=cases, compare=compare,
     forbidden=("_split_node", "reference_split_node"),
     # absent from the grader's executor: the split itself (the walks that call it then cannot split)
@@ -212,5 +214,5 @@ SPECS = [SPEC]
 
 
 def check_split_node(split_node: SplitNodeFn, *, record: bool = True) -> CheckResult:
-    """Check a student's ``split_node(cache, key, child, split_len)`` in SGLang's direction (exercise 02.2)."""
+    """Check a student's ``split_node(cache, key, child, split_len)`` in SGLang's direction (optional 02.2)."""
     return check_exercise(SPEC, split_node, record=record)

@@ -24,15 +24,14 @@ def reference_split(*args: Any) -> Any:
 
 
 def wrong_order_split(node: RadixNode, idx: int) -> RadixNode:
-    """Seed Q3's bug, kept runnable: truncate the key first, then read the split token."""
-    suffix_child = RadixNode(node.key[idx:], node.value)
-    suffix_child.children = node.children
-    suffix_child.ref = node.ref
+    """Q3's bug (the tree lesson), kept runnable: the key is truncated before the split token is read.
+
+    The read always fails (the truncated key is exactly ``idx`` long), so nothing after it would run:
+    the node is left half-changed, key truncated, value and children where they were.
+    """
     node.key = node.key[:idx]       # truncated first...
     split_tok = node.key[idx]       # ...so this index is now past the end: IndexError
-    node.value = None
-    node.children = {split_tok: suffix_child}
-    return suffix_child
+    raise AssertionError(f"unreachable: read {split_tok!r} past the end of a key of length {idx}")
 
 
 # -- plain data: what a split did -------------------------------------------------------------------
