@@ -1,7 +1,7 @@
-"""``python -m radixlab demo``: the teaching seed's ``run.py`` walkthrough, replayed live.
+"""``python -m radixlab demo``: the tree lesson's ``run.py`` walkthrough, replayed live.
 
 Requests A and B share the prefix ``['sys', 'prompt']``. Each is matched against the teaching tree,
-its missing tokens get (simulated) KV, and it is inserted; then the seed's three assertions are
+its missing tokens get (simulated) KV, and it is inserted; then the tree lesson's three assertions are
 checked on the real tree. Notebook 01_radix_tree runs the same steps cell by cell.
 """
 
@@ -23,10 +23,10 @@ def serve(tree: RadixTree, tokens: list[str]) -> tuple[int, dict[int, str]]:
 
 
 def run(out=print) -> RadixTree:
-    """Replay the walkthrough, printing as the seed does; raises AssertionError if a check fails."""
+    """Replay the walkthrough, printing as the tree lesson does; raises AssertionError if a check fails."""
     tree = RadixTree()
     out(RULE)
-    out("adv05_radix_prefix_cache — Radix Attention + copy-on-write check")
+    out("The tree lesson's walkthrough — radix attention + copy-on-write check")
     out(RULE)
     requests = {"A": ["sys", "prompt", "A"], "B": ["sys", "prompt", "B"]}
     for name, tokens in requests.items():
@@ -67,5 +67,5 @@ def run(out=print) -> RadixTree:
     out("Tree overview:")
     out(tree.format())
     out("")
-    out("✅ adv05_radix_prefix_cache passed")
+    out("✅ the tree lesson's walkthrough passed")
     return tree

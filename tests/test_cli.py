@@ -24,7 +24,7 @@ def test_demo_replays_the_seed_walkthrough(capsys):
                  "  ✓ suffix node 'B' is separate: key=['B'], last KV token='B'",
                  "[extra]    match_prefix(['sys','prompt','B']) → hit_len=3 ✓",
                  "└─ key=['sys', 'prompt']  ref=2  value=None", "   └─ key=['A']  ref=1  value=<kv>",
-                 "   └─ key=['B']  ref=1  value=<kv>", "✅ adv05_radix_prefix_cache passed"]:
+                 "   └─ key=['B']  ref=1  value=<kv>", "✅ the tree lesson's walkthrough passed"]:
         assert line in out.splitlines(), line
 
 
