@@ -417,3 +417,23 @@ def test_cli_rejects_bad_thread_counts(capsys):
         with pytest.raises(SystemExit):
             bt.main(["--threads", bad])
         assert "--threads" in capsys.readouterr().err
+
+
+def test_gil_probe_sees_no_stamps_in_a_call_that_holds_the_gil_and_many_in_one_that_releases_it():
+    import hashlib
+    import random
+
+    data = list(range(400_000))
+    random.Random(0).shuffle(data)
+    held = bt.gil_probe(lambda: sorted(data), reps=2)  # a C loop that never lets go of the GIL
+    blob = bytes(16 * 1024 * 1024)
+    released = bt.gil_probe(lambda: hashlib.sha256(blob).digest(), reps=2)  # hashlib releases it
+    assert held["ticks_inside"] == 0 and held["call_ms"] > 0
+    assert released["ticks_inside"] > 0
+
+
+def test_format_native_prints_the_gil_probe():
+    rec = _native_record()
+    rec["native"]["gil_probe"] = {"sglang-cpp: the binding alone, a list": {"call_ms": 2.0, "ticks_inside": 0}}
+    text = "\n".join(bt.format_native(rec))
+    assert "clock stamps during one long call" in text and "2.0 ms,         0 stamps" in text
