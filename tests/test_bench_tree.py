@@ -22,6 +22,7 @@ def test_small_run_has_every_section_and_agrees():
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
     packs = {bt.pack_floor(op) for op in ("full-hit match", "system-prompt hit", "miss", "mid-edge hit (split)", "insert")}
     assert bt.FLOOR_PACK in packs and len(packs) == 5  # each list op times its own packing, in its own loop
+    assert bt.packing_us(rec["reference"]) == rec["reference"]["floors"][bt.FLOOR_PACK]["median_us"] > 0
     assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.FLOOR_BARE_WALK, bt.SKIPPED_COPY,
                                                bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT} | packs
     faults = rec["reference"]["faults_per_call"]

@@ -53,7 +53,7 @@ from .tree_ops import (FLOOR_BARE_INSERT, FLOOR_BARE_MATCH, FLOOR_BARE_WALK, FLO
 from .tree_report import (FLOOR_OPS, LADDERS, TARGETS, bytes_eq_target, floor_ratios, format_ladders,  # noqa: F401
                           format_record, format_targets, ratio_rows, skipped_copy, target_verdicts, targets)
 from .tree_native import BINDING, CONTROL, gil_probe, gil_probes, input_forms, native_section, thread_scaling  # noqa: F401
-from .tree_report import STANDING, format_native, format_standing, standing  # noqa: F401
+from .tree_report import STANDING, format_native, format_standing, packing_us, standing  # noqa: F401
 from .tree_timing import (CPP, HUGE, IN_FLIGHT, Side, build, interleaved, minor_faults, radixlab_side, sglang_cpp_side,  # noqa: F401
                           sglang_side, stats)
 

@@ -321,3 +321,9 @@ def format_native(rec: dict) -> list[str]:
             lines.append(f"   {subject:48s} {pr['call_ms']:7.1f} ms, {pr['ticks_inside']:9,d} stamps")
     lines.append(f"results agree across lanes: {nat['agree']}")
     return lines
+
+
+def packing_us(table: dict) -> float:
+    """Median µs to pack a request's token list, timed in ``op_table``'s full-hit loop beside the trees
+    (what notebook 11 sets against a whole fast lookup)."""
+    return table["floors"][FLOOR_PACK]["median_us"]
