@@ -22,6 +22,7 @@ def test_small_run_has_every_section_and_agrees():
     assert rec["memory"][0]["tree_bytes_per_token"] < rec["memory"][1]["tree_bytes_per_token"]  # tuples cost more
     packs = {bt.pack_floor(op) for op in ("full-hit match", "system-prompt hit", "miss", "mid-edge hit (split)", "insert")}
     assert bt.FLOOR_PACK in packs and len(packs) == 5  # each list op times its own packing, in its own loop
+    assert bt.packing_us(rec["reference"]) == rec["reference"]["floors"][bt.FLOOR_PACK]["median_us"] > 0
     assert set(rec["reference"]["floors"]) == {bt.FLOOR_CAT, bt.FLOOR_MATCH, bt.FLOOR_BARE_MATCH, bt.FLOOR_BARE_WALK, bt.SKIPPED_COPY,
                                                bt.FLOOR_INSERT, bt.FLOOR_BARE_INSERT} | packs
     faults = rec["reference"]["faults_per_call"]
@@ -417,3 +418,23 @@ def test_cli_rejects_bad_thread_counts(capsys):
         with pytest.raises(SystemExit):
             bt.main(["--threads", bad])
         assert "--threads" in capsys.readouterr().err
+
+
+def test_gil_probe_sees_no_stamps_in_a_call_that_holds_the_gil_and_many_in_one_that_releases_it():
+    import hashlib
+    import random
+
+    data = list(range(400_000))
+    random.Random(0).shuffle(data)
+    held = bt.gil_probe(lambda: sorted(data), reps=2)  # a C loop that never lets go of the GIL
+    blob = bytes(16 * 1024 * 1024)
+    released = bt.gil_probe(lambda: hashlib.sha256(blob).digest(), reps=2)  # hashlib releases it
+    assert held["ticks_inside"] == 0 and held["call_ms"] > 0
+    assert released["ticks_inside"] > 0
+
+
+def test_format_native_prints_the_gil_probe():
+    rec = _native_record()
+    rec["native"]["gil_probe"] = {"sglang-cpp: the binding alone, a list": {"call_ms": 2.0, "ticks_inside": 0}}
+    text = "\n".join(bt.format_native(rec))
+    assert "clock stamps during one long call" in text and "2.0 ms,         0 stamps" in text

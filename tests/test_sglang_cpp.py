@@ -64,6 +64,9 @@ def test_a_small_bench_run_has_the_cpp_lane_and_its_record_round_trips(cpp, tmp_
     assert rec["reference"]["agree"] and rec["native"]["agree"]
     assert bt.CPP in rec["reference"]["ops"]["full-hit match (list)"]
     assert set(rec["native"]["threads"]["scaling"]) >= {"fast full hit (list)", bt.CONTROL}
+    probe = rec["native"]["gil_probe"]  # the binding holds the GIL for a whole call; hashlib lets go of it
+    assert probe[f"{bt.CPP}: the binding alone, a list"]["ticks_inside"] == 0
+    assert probe["control: hashlib.sha256 of 16 MiB"]["ticks_inside"] > 0
     path = tmp_path / "tree.json"
     assert bt.main(["--prompts", "2", "--turns", "2", "--ops", "4", "--evict-reps", "1", "--growth", "",
                     "--no-sglang", "--threads", "1,2", "--thread-calls", "4", "--json", str(path)]) == 0

@@ -19,8 +19,9 @@ while timing; medians and p90s, ratios from the same run. Sections:
 4. memory: bytes per cached token of the tree (tracemalloc for Python objects,
    ``untyped_storage().nbytes()`` for index tensors) vs the KV bytes those tokens occupy.
 
-5. the C++ lane (``tree_native``): the C++ tree by input form, and N threads matching vs one
-   (does the binding release the GIL?), for it and for radixlab's fast tree.
+5. the C++ lane (``tree_native``): the C++ tree by input form, N threads matching vs one (does
+   the binding release the GIL?), for it and for radixlab's fast tree, and a GIL probe that needs
+   no free core (another thread's clock stamps during one long call).
 
 The fast tree's figures are read against its floors and against SGLang's trees (``standing``);
 issue 11's targets are retired. The measuring lives in ``tree_timing`` (sides, the interleaved loop), ``tree_ops`` (sections 1-2)
@@ -51,8 +52,8 @@ from .tree_ops import (FLOOR_BARE_INSERT, FLOOR_BARE_MATCH, FLOOR_BARE_WALK, FLO
                        evict_and_build, growth, op_table, pack_floor)
 from .tree_report import (FLOOR_OPS, LADDERS, TARGETS, bytes_eq_target, floor_ratios, format_ladders,  # noqa: F401
                           format_record, format_targets, ratio_rows, skipped_copy, target_verdicts, targets)
-from .tree_native import BINDING, CONTROL, input_forms, native_section, thread_scaling  # noqa: F401
-from .tree_report import STANDING, format_native, format_standing, standing  # noqa: F401
+from .tree_native import BINDING, CONTROL, gil_probe, gil_probes, input_forms, native_section, thread_scaling  # noqa: F401
+from .tree_report import STANDING, format_native, format_standing, packing_us, standing  # noqa: F401
 from .tree_timing import (CPP, HUGE, IN_FLIGHT, Side, build, interleaved, minor_faults, radixlab_side, sglang_cpp_side,  # noqa: F401
                           sglang_side, stats)
 

@@ -6,14 +6,17 @@ through the bare binding (``tree.match_prefix`` on a list: no ``RadixKey``, no `
 beside radixlab's fast tree from a list and with its key built. ``thread_scaling``: does a match
 release the GIL? N threads each doing matches on the same tree vs one thread, as matches per
 second; a control that does release the GIL (``hashlib`` over 256 KiB) shows what this machine
-allows.
+allows. ``gil_probe`` asks the same question without needing a free core: while one call runs,
+can another thread run Python at all?
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
+import sys
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from ..sim.workloads import ReferenceTreeWorkload, fresh
@@ -92,10 +95,69 @@ def thread_scaling(subjects: dict[str, tuple[Callable[[Any], Any], Callable[[int
             "scaling": {s: [r[n] / r[threads[0]] for n in threads] for s, r in rates.items()}}
 
 
+def gil_probe(fn: Callable[[], Any], reps: int = 3) -> dict:
+    """Does one call of ``fn()`` let another thread run Python? A ticker thread stamps ``perf_counter_ns``
+    in a loop (it must hold the GIL to stamp; it yields it between stamps); this thread makes the call.
+    The switch interval is raised to 0.25 s meanwhile, so the interpreter never takes the GIL from
+    this thread by force during a shorter call: a stamp inside the call can only come from a call
+    that let go of the GIL, whatever the load or the number of cores. (Pure Python code shows none
+    either: it would hand the GIL over only every switch interval, interleaving threads, never
+    running them at once.) Returns {"call_ms": the median call, "ticks_inside": the fewest stamps
+    inside a call, of ``reps``}."""
+    calls, inside = [], []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(max(interval, 0.25))
+    try:
+        for _ in range(reps):
+            ticks: list[int] = []
+            stop, started = threading.Event(), threading.Event()
+
+            def tick() -> None:
+                started.set()
+                while not stop.is_set():
+                    ticks.append(pc())
+                    time.sleep(0)  # hand the GIL back: only a call that holds it can keep us out
+            ticker = threading.Thread(target=tick)
+            ticker.start()
+            started.wait()
+            t0 = pc()
+            fn()
+            t1 = pc()
+            stop.set()
+            ticker.join()
+            calls.append((t1 - t0) / 1e6)
+            inside.append(sum(1 for t in ticks if t0 < t < t1))
+    finally:
+        sys.setswitchinterval(interval)
+    return {"call_ms": sorted(calls)[len(calls) // 2], "ticks_inside": min(inside)}
+
+
+def gil_probes(cpp: Side, fast: Side, tokens: int = 100_000, seed: int = 0) -> dict:
+    """``gil_probe`` of one long full hit (``tokens`` cached, matched from a list) in SGLang's C++ tree
+    (the binding alone, and through its caller from ``array('q')``) and in radixlab's fast tree, and of
+    a control that releases the GIL (``hashlib.sha256`` of 16 MiB): {subject: probe}."""
+    import random
+    from array import array
+
+    import torch
+
+    toks = [random.Random(seed).randrange(32_000) for _ in range(tokens)]
+    c, f = cpp.new(), fast.new()
+    cpp.insert_native(c, cpp.native(toks), torch.arange(tokens))
+    fast.insert_native(f, toks, torch.arange(tokens))
+    data = bytes(16 * 1024 * 1024)
+    subjects = {f"{CPP}: the binding alone, a list": lambda: c.tree.match_prefix(toks),
+                f"{CPP}: RadixKey over array('q') (its caller)": lambda: cpp.match_native(c, array("q", toks)),
+                "fast: a list": lambda: fast.match_native(f, toks),
+                "control: hashlib.sha256 of 16 MiB": lambda: hashlib.sha256(data).digest()}
+    return {name: gil_probe(fn) for name, fn in subjects.items()}
+
+
 def native_section(cpp: Side, fast: Side, wl: ReferenceTreeWorkload, reqs: list[list[int]], ops: int,
-                   threads: Sequence[int] = (1, 2, 4), calls: int = 1000) -> dict:
-    """The C++ lane's own section: ``input_forms`` on trees holding ``reqs``, then ``thread_scaling``
-    of full hits from what each tree's request holds (C++: ``array('q')``; radixlab: a list)."""
+                   threads: Sequence[int] = (1, 2, 4), calls: int = 1000, probe_tokens: int = 100_000) -> dict:
+    """The C++ lane's own section: ``input_forms`` on trees holding ``reqs``, ``thread_scaling``
+    of full hits from what each tree's request holds (C++: ``array('q')``; radixlab: a list), and
+    ``gil_probes`` of one ``probe_tokens``-token full hit."""
     from array import array
 
     from .tree_timing import build
@@ -114,4 +176,5 @@ def native_section(cpp: Side, fast: Side, wl: ReferenceTreeWorkload, reqs: list[
                 "fast full hit (key built)": (lambda k: fast.match(caches[fast.name], k), lambda k: [fast.key(q) for q in picks(k)]),
                 CONTROL: (_control_work(), lambda k: [None] * k)}
     out["threads"] = thread_scaling(subjects, threads, calls)
+    out["gil_probe"] = gil_probes(cpp, fast, probe_tokens)
     return out

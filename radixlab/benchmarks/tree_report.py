@@ -315,5 +315,15 @@ def format_native(rec: dict) -> list[str]:
     lines.append(f"| {'subject':50s} | " + " | ".join(f"n={n}" for n in th["threads"]) + f" | n={th['threads'][0]}, calls/s |")
     for subject, sc in th["scaling"].items():
         lines.append(f"| {subject:50s} | " + " | ".join(f"{x:.2f}x" for x in sc) + f" | {th['rate_per_s'][subject][0]:,.0f} |")
+    if nat.get("gil_probe"):
+        lines.append("\n## Another thread's clock stamps during one long call (none: the call held the GIL throughout)")
+        for subject, pr in nat["gil_probe"].items():
+            lines.append(f"   {subject:48s} {pr['call_ms']:7.1f} ms, {pr['ticks_inside']:9,d} stamps")
     lines.append(f"results agree across lanes: {nat['agree']}")
     return lines
+
+
+def packing_us(table: dict) -> float:
+    """Median µs to pack a request's token list, timed in ``op_table``'s full-hit loop beside the trees
+    (what notebook 11 sets against a whole fast lookup)."""
+    return table["floors"][FLOOR_PACK]["median_us"]

@@ -54,9 +54,10 @@ COURSE = [
            "bench serve", "lesson 4"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
            "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "lesson 4"),
-    Lesson("11_performance_boundaries", "Performance boundaries: what a Python radix tree costs", 20,
-           "fast vs readable matcher vs SGLang's own tree, cost vs tree size, memory per token, converting token "
-           "lists for a native tree, the tree's share of the scheduler, lesson 4's pass criteria", "lesson 4"),
+    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 28,
+           "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
+           "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
+           "lesson 4"),
 ]
 
 
