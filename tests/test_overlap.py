@@ -320,7 +320,11 @@ def test_viz_timeline_draws_and_steps():
     fig = draw_pipeline(b)
     title = fig.axes[0].get_title(loc="left")
     assert title.startswith("while the device runs batch 1, the CPU schedules batch 2")
-    assert {"batch 1: forward", "batch 2: forward", "schedule batch 2"} <= {t.get_text() for t in fig.axes[0].texts}
+    labels = {"batch 1: forward", "batch 2: forward", "schedule batch 2", "barrier: until 1 is read",
+              "barrier: until 2 is read", "results of 0", "results of 1", "results of 2"}
+    assert {t.get_text() for t in fig.axes[0].texts} - {""} <= labels  # a label too wide for its bar is left to the legend
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "schedule + launch", "process results", "barrier: wait for the read", "forward"]
     plt.close(fig)
     with pytest.raises(ValueError, match="step"):
         draw_pipeline(b, step=3)

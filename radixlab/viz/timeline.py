@@ -205,7 +205,7 @@ def draw_pipeline(tl: Timeline, step: int | None = None, width: float = 9.0):
     t0 = min(n.dev[0], m.sched[0])
     t1 = max(m.dev[1], m.sched[1])
     ms = 1e3
-    fig, ax = plt.subplots(figsize=(width, 2.3))
+    fig, ax = plt.subplots(figsize=(width, 2.7))
     y = {"cpu": 10, "dev": 0}
     h = 7
 
@@ -216,10 +216,9 @@ def draw_pipeline(tl: Timeline, step: int | None = None, width: float = 9.0):
         ax.broken_barh([((a - t0) * ms, (b - a) * ms)], (y[lane], h), facecolors=color, edgecolor="white", **kw)
         if not text:
             return
-        inside = (b - a) > 0.18 * (t1 - t0)  # a narrow bar gets its label above (CPU) or below (device)
-        ty = y[lane] + h / 2 if inside else (y[lane] + h + 1.2 if lane == "cpu" else y[lane] - 1.2)
-        ax.text((a + b - 2 * t0) / 2 * ms, ty, text, ha="center", va="center", fontsize=8,
-                color="black" if not inside or color == COLORS["blocked"] else "white")
+        if (b - a) / (t1 - t0) > 0.009 * len(text):  # the label fits inside; the legend names the rest
+            ax.text((a + b - 2 * t0) / 2 * ms, y[lane] + h / 2, text, ha="center", va="center", fontsize=8,
+                    color="black" if color == COLORS["blocked"] else "white")
 
     for r in recs.values():  # result processing that falls in the window: what the picture leaves out
         if r.proc:
@@ -228,15 +227,20 @@ def draw_pipeline(tl: Timeline, step: int | None = None, width: float = 9.0):
     bar((m.sched[0], end), "cpu", COLORS["sched"], f"schedule batch {m.step}")
     for r in (n, m):
         if r.barrier:
-            bar(r.barrier, "cpu", COLORS["blocked"], f"barrier: {r.step} read?", hatch="//")
+            bar(r.barrier, "cpu", COLORS["blocked"], f"barrier: until {r.step} is read", hatch="//")
     bar(n.dev, "dev", COLORS["dev"], f"batch {n.step}: forward")
     bar(m.dev, "dev", COLORS["dev"], f"batch {m.step}: forward")
     if m.launch is not None and t0 <= m.launch <= t1:
         ax.annotate("", xy=((m.dev[0] - t0) * ms, y["dev"] + h), xytext=((m.launch - t0) * ms, y["cpu"]),
                     arrowprops=dict(arrowstyle="->", color="#444444"))
+    from matplotlib.patches import Patch
+    handles = [Patch(color=COLORS["sched"], label="schedule + launch"), Patch(color=COLORS["proc"], label="process results"),
+               Patch(facecolor=COLORS["blocked"], hatch="//", label="barrier: wait for the read"),
+               Patch(color=COLORS["dev"], label="forward")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=4, fontsize=8, frameon=False)
     ax.set_yticks([y["dev"] + h / 2, y["cpu"] + h / 2], ["device\n(forward stream)", "CPU\n(scheduler thread)"])
     ax.set_xlim(0, (t1 - t0) * ms * 1.02)
-    ax.set_ylim(-3, 20)
+    ax.set_ylim(-1, 18)
     ax.set_xlabel("time (ms, measured)")
     ax.set_title(f"while the device runs batch {n.step}, the CPU schedules batch {m.step}; the arrow is its launch",
                  fontsize=10, loc="left")
