@@ -32,8 +32,12 @@ def test_solution_passes():
     (ex.barrier_after_write, "corrupted"),
     (ex.full_sync, "lost their overlap"),
     (ex.barrier_for_decode_only, "a prefill too"),
+    (ex.barrier_after_launch, "*before* device.write_inputs"),
+    (ex.synchronizes, "lost their overlap"),
+    (ex.always_resolve_future, "resolve_future"),
 ])
 def test_wrong_answers_fail_with_a_useful_message(wrong, words):
+    """Seven plausible wrong orders or waits, each failed with a message naming its mistake."""
     def copy(device, batch, in_flight):  # a student's own copy of the wrong answer
         return wrong(device, batch, in_flight)
     r = ex.check_run_batch(copy, record=False)

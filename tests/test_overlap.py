@@ -137,6 +137,29 @@ def test_adversarial_device_reports_overlap_exactly():
     assert [r.overlapped for r in n.timeline.steps()] == [False] * 6
 
 
+def test_three_barriers_on_one_adversarial_device():
+    """None corrupts, a full wait (``war_barrier="full"``) is safe but never overlaps, the read barrier is
+    safe and overlaps; every launch records its write before its read."""
+    with toy_backend("cpu-process", layers=2, hidden=32, adversarial=True, device_ms=1.0) as be:
+        ref = run_toy("normal", be, num_reqs=3, max_new_tokens=5, cpu_ms=0.5)
+        runs = {b: run_toy("overlap", be, num_reqs=3, max_new_tokens=5, cpu_ms=0.5, war_barrier=b)
+                for b in (False, "full", True)}
+    assert runs[False].timeline.corrupted_steps() == [0, 1, 2, 3]
+    for b in ("full", True):
+        assert runs[b].timeline.corrupted_steps() == [] and runs[b].outputs == ref.outputs
+    assert [r.overlapped for r in runs["full"].timeline.steps()] == [False] * 5
+    assert [r.overlapped for r in runs[True].timeline.steps()] == [True] * 4 + [False]
+    for run in runs.values():
+        for r in run.timeline.steps():
+            assert r.write is not None and r.write <= r.launch <= r.read[0]
+            assert r.dev[1] - r.dev[0] >= 0.9e-3  # device_ms: the forward lasts at least that long
+            assert r.copy[1] - r.copy[0] < 0.5e-3  # the adversarial hold is idle time, not a copy
+    with pytest.raises(ValueError, match="war_barrier"):
+        run_toy("overlap", be, war_barrier="sometimes")
+    with pytest.raises(ValueError, match="device_ms"):
+        ToyDecodeModel(device_ms=-1)
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_barrier_gives_zero_corruptions_over_a_long_randomized_run(kind):
     rng = random.Random(0)
@@ -272,7 +295,8 @@ def test_viz_timeline_draws_and_steps():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from radixlab.viz.timeline import device_gaps, draw_timelines, plot_ratio_curve, step_frames, timeline_events
+    from radixlab.viz.timeline import (device_gaps, draw_pipeline, draw_timelines, plot_ratio_curve, step_frames,
+                                      timeline_events)
 
     with toy_backend("cpu-process", layers=1, hidden=16) as be:
         a = run_toy("normal", be, num_reqs=2, max_new_tokens=4, cpu_ms=0.5).timeline
@@ -288,6 +312,22 @@ def test_viz_timeline_draws_and_steps():
     frames = step_frames(b, max_events=5)
     assert len(frames) == 5 and frames[-1].count("\n") == 5 and "▶" in frames[-1]
     assert all(g[0] < g[1] for g in device_gaps(a))
+    fig = draw_timelines([a, b], marks=True)
+    assert len(fig.legends[0].legend_handles) == 9  # the write/read marks join the legend
+    texts = [t.get_text() for t in fig.axes[1].texts]
+    assert texts.count("0") == 2 and texts.count("3") == 2  # each batch on its CPU bar and its device bar
+    plt.close(fig)
+    fig = draw_pipeline(b)
+    title = fig.axes[0].get_title(loc="left")
+    assert title.startswith("while the device runs batch 1, the CPU schedules batch 2")
+    labels = {"batch 1: forward", "batch 2: forward", "schedule batch 2", "barrier: until 1 is read",
+              "barrier: until 2 is read", "results of 0", "results of 1", "results of 2"}
+    assert {t.get_text() for t in fig.axes[0].texts} - {""} <= labels  # a label too wide for its bar is left to the legend
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [
+        "schedule + launch", "process results", "barrier: wait for the read", "forward"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="step"):
+        draw_pipeline(b, step=3)
     fig = plot_ratio_curve([{"proportion": 1.0, "ratio": 1.5}, {"proportion": 2.0, "ratio": 1.3}])
     assert not fig.axes[0].patches  # no shaded band away from the ideal's peak (device = CPU)
     plt.close(fig)

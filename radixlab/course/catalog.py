@@ -46,9 +46,10 @@ COURSE = [
     Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 20,
            "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
            "KV bytes per token, exercise: the gather", "lesson 4"),
-    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 20,
-           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process, the WAR hazard "
-           "made deterministic, exercise: place the barrier, lesson 4 Q3, when overlap does not help", "lesson 4"),
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 30,
+           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
+           "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
+           "the engine lesson's Q3", "lesson 4"),
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
            "bench serve", "lesson 4"),

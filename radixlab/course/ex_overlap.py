@@ -1,7 +1,8 @@
-"""Exercise 08.1 (notebook 08_overlap_scheduling): place the WAR barrier.
+"""Exercise 08.1 (notebook 08_overlap_scheduling): write the launch, in the right order.
 
-The student writes ``run_batch(device, batch, in_flight) -> Launch``: write ``batch.fields`` into
-the device's reused staging buffer (``device.write_inputs``) and launch it (``device.launch``), where
+The student writes the whole body of ``run_batch(device, batch, in_flight) -> Launch``: write
+``batch.fields`` into the device's reused staging buffer (``device.write_inputs``), launch it
+(``device.launch``, future input ids for a decode batch only), and wait where the order needs it, where
 ``in_flight`` is the launch the device may still be reading (``None`` for the first batch). The
 barrier, ``in_flight.wait_inputs_read()``, must come *before* the write. Waiting for the in-flight
 batch's *result* is safe too, but serialises the loop: the device then idles while the CPU schedules.
@@ -23,7 +24,7 @@ from ..engine.synthetic import LOOPS, ToyBatch, ToyScheduler, python_work, toy_b
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "08.1"
-TITLE = "place the WAR barrier"
+TITLE = "write, launch and wait, in order"
 
 
 def reference_run_batch(*args: Any) -> Any:
@@ -149,7 +150,9 @@ def compare(got: dict, want: dict, args: dict) -> str | None:
     if got.get("normal_outputs") != want.get("normal_outputs"):
         return f"normal loop, {args['num_reqs']} requests × {args['max_new_tokens']} tokens: the tokens differ from the reference run"
     if got["outputs"] != want["outputs"]:
-        return f"{what}: the tokens differ from the reference run"
+        return (f"{what}: no batch was corrupted, but the tokens differ from the reference run. Look at "
+                "resolve_future: a decode batch's input ids are the previous step's tokens, still on the device "
+                "(True); a prefill brings its own in batch.fields (False)")
     if got["overlapped"] != want["overlapped"] or got["waited"] != want["waited"]:
         lost = max(sum(w and not g for g, w in zip(got["overlapped"], want["overlapped"])), len(got["waited"]))
         return (f"{what}: safe, but {lost} batches lost their overlap — the CPU waited for a batch's *result* "
@@ -178,7 +181,8 @@ def cases(seed: int = 0) -> list[GradedCase]:
 SPEC = ExerciseSpec(
     id=EXERCISE, title=TITLE, function="run_batch", check="check_run_batch", reference=reference_run_batch,
     drive=drive, cases=cases, compare=compare, time_limit=60.0,
-    forbidden=("reference_run_batch", "no_barrier", "barrier_after_write", "full_sync"),
+    forbidden=("reference_run_batch", "no_barrier", "barrier_after_write", "barrier_after_launch",
+               "barrier_for_decode_only", "full_sync", "synchronizes", "always_resolve_future"),
     strip=())  # the answer lives only in answers_overlap, which no copy holds
 SPECS = [SPEC]
 
@@ -214,3 +218,24 @@ def full_sync(device: Any, batch: Any, in_flight: Any) -> Any:
         in_flight.result()
     layout = device.write_inputs(batch.step, batch.fields)
     return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+
+def barrier_after_launch(device: Any, batch: Any, in_flight: Any) -> Any:
+    layout = device.write_inputs(batch.step, batch.fields)
+    launch = device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+    if in_flight is not None:  # wrong: the write above already overwrote what in_flight may not have read
+        in_flight.wait_inputs_read()
+    return launch
+
+
+def synchronizes(device: Any, batch: Any, in_flight: Any) -> Any:
+    device.synchronize()  # safe, but waits for every launch's tokens: the overlap is gone
+    layout = device.write_inputs(batch.step, batch.fields)
+    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=not batch.is_prefill)
+
+
+def always_resolve_future(device: Any, batch: Any, in_flight: Any) -> Any:
+    if in_flight is not None:
+        in_flight.wait_inputs_read()
+    layout = device.write_inputs(batch.step, batch.fields)
+    return device.launch(batch.step, layout, len(batch.reqs), resolve_future=True)  # wrong for a prefill

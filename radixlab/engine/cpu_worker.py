@@ -119,12 +119,13 @@ def _device_loop(conn: Any, program: DeviceProgram, staging: torch.Tensor, resul
                 future[inputs["req_pool_indices"]] = tokens
                 t_copy = time.perf_counter()
                 overlapped = None
-                if adversarial:
+                if adversarial:  # the hold is idle time, not part of the copy
                     overlapped = wait_release(step, ("done",)) == "launch"
+                t_copy_start = time.perf_counter()
                 # 4. "device → host": into the shared result ring
                 results[step % RING, :batch_size] = tokens
                 extra = program.take_extra()
-                conn.send(("done", step, checksum(image), int(image[0]), t_dev, t_copy, t_copy,
+                conn.send(("done", step, checksum(image), int(image[0]), t_dev, t_copy, t_copy_start,
                            time.perf_counter(), overlapped, extra))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass

@@ -136,7 +136,7 @@ class DeviceBackend(abc.ABC):
         self.max_batch = max_batch
         self.adversarial = adversarial
         self.timeline = Timeline(loop="?", backend=self.kind)
-        self._written: tuple[int, int] | None = None  # (step, checksum) staged but not launched yet
+        self._written: tuple[int, int, float] | None = None  # (step, checksum, when) staged, not launched yet
         self._in_flight: dict[int, Launch] = {}
         self._closed = False
 
@@ -156,7 +156,7 @@ class DeviceBackend(abc.ABC):
                              f"{self.staging_capacity}")
         self._ensure_started()
         self._stage(image)
-        self._written = (step, checksum(image))
+        self._written = (step, checksum(image), self.timeline.now())
         return layout
 
     def launch(self, step: int, layout: Layout, batch_size: int, resolve_future: bool) -> Launch:
@@ -168,6 +168,7 @@ class DeviceBackend(abc.ABC):
             raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {batch_size}")
         rec = self.timeline.record(step)
         rec.batch_size = batch_size
+        rec.write = self._written[2]
         launch = Launch(step, batch_size, layout, self._written[1], rec, self)
         self._written = None
         rec.launch = self.timeline.now()

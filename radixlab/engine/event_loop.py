@@ -30,7 +30,7 @@ class EventLoopMixin:
     """The two loops; a scheduler supplies the three steps, ``has_work`` and a ``backend``."""
 
     backend: DeviceBackend
-    war_barrier: bool = True
+    war_barrier: bool | str = True  # True: wait for the read; False: no barrier; "full": for the tokens
     timeline: Timeline | None = None
 
     def event_loop_normal(self) -> None:
@@ -74,8 +74,11 @@ class EventLoopMixin:
         makes the *schedule stream* wait on a read-done event (``schedule_stream.wait_event``), since
         its later writes (rows, SWA tables, the unified pool) are device ops on that stream; ours are
         host writes (shared or pinned memory), so the host waits for the same event.
+        ``war_barrier="full"`` waits for N's tokens instead: safe, but the overlap is gone (notebook 08).
         """
-        if self.war_barrier:
+        if self.war_barrier == "full":
+            launch.result()
+        elif self.war_barrier:
             launch.wait_inputs_read()
 
     def _process(self, batch: Any, launch: Launch) -> None:

@@ -28,11 +28,16 @@ class ToyDecodeModel(DeviceProgram):
     """A seeded random network that maps (token id, position) to the next token id (greedy)."""
 
     def __init__(self, layers: int = 8, hidden: int = 256, vocab: int = 512, max_pos: int = 4096,
-                 seed: int = 0) -> None:
+                 seed: int = 0, device_ms: float = 0.0) -> None:
         for name, value in (("layers", layers), ("hidden", hidden), ("vocab", vocab), ("max_pos", max_pos)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if device_ms < 0:
+            raise ValueError(f"device_ms must be >= 0, got {device_ms}")
         self.layers, self.hidden, self.vocab, self.max_pos, self.seed = layers, hidden, vocab, max_pos, seed
+        # device_ms: a forward lasts at least this long, the rest asleep: a device that holds no host core
+        # (as a GPU), so its timeline stays readable on a busy machine
+        self.device_ms = device_ms
         self.weights: dict[str, Any] | None = None
 
     def __getstate__(self) -> dict:
@@ -54,10 +59,15 @@ class ToyDecodeModel(DeviceProgram):
         if self.weights is None:
             raise RuntimeError("ToyDecodeModel.setup(device) must run before forward")
         w = self.weights
+        start = time.perf_counter()
         x = w["emb"][inputs["input_ids"]] + w["pos"][inputs["positions"] % self.max_pos]
         for layer in w["layers"]:
             x = torch.tanh(x @ layer)
-        return (x @ w["emb"].T).argmax(dim=-1)
+        tokens = (x @ w["emb"].T).argmax(dim=-1)
+        rest = self.device_ms / 1e3 - (time.perf_counter() - start)
+        if rest > 0:
+            time.sleep(rest)
+        return tokens
 
 
 def python_work(seconds: float) -> None:
@@ -92,11 +102,13 @@ class ToyBatch:
 class ToyScheduler(EventLoopMixin):
     """Decode ``num_reqs`` requests for ``max_new_tokens`` each, ``cpu_ms`` of Python per step.
 
-    ``run_batch_fn(device, batch, in_flight)`` replaces the launch (exercise 08.1: the student places
-    the barrier there, and the loop's own barrier is off: ``war_barrier=False``)."""
+    ``war_barrier``: ``True`` waits for the launch's inputs to be read (the WAR barrier), ``False``
+    not at all, ``"full"`` for its tokens (``result()``: correct, but the device idles while the CPU
+    works). ``run_batch_fn(device, batch, in_flight)`` replaces the launch (exercise 08.1: the student
+    places the barrier there, and the loop's own barrier is off: ``war_barrier=False``)."""
 
     def __init__(self, backend: DeviceBackend, *, num_reqs: int = 8, max_new_tokens: int = 16,
-                 cpu_ms: float = 3.0, war_barrier: bool = True, seed: int = 0,
+                 cpu_ms: float = 3.0, war_barrier: bool | str = True, seed: int = 0,
                  run_batch_fn: Any = None, needs_previous_tokens: bool = False) -> None:
         if num_reqs <= 0 or num_reqs > backend.max_reqs:
             raise ValueError(f"num_reqs must be in 1..{backend.max_reqs}, got {num_reqs}")
@@ -104,6 +116,8 @@ class ToyScheduler(EventLoopMixin):
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
         if cpu_ms < 0:
             raise ValueError(f"cpu_ms must be >= 0, got {cpu_ms}")
+        if war_barrier not in (True, False, "full"):
+            raise ValueError(f"war_barrier must be True, False or 'full', got {war_barrier!r}")
         self.backend = backend
         self.cpu_ms = cpu_ms
         self.war_barrier = war_barrier
@@ -192,7 +206,7 @@ def compare_loops(backend: DeviceBackend, repeats: int = 1, **scheduler_kwargs: 
 
 
 def toy_backend(kind: str = "cpu-process", *, layers: int = 8, hidden: int = 256, adversarial: bool = False,
-                max_reqs: int = 64, **kwargs: Any) -> DeviceBackend:
-    """A backend running ``ToyDecodeModel(layers, hidden)``."""
-    return make_backend(kind, ToyDecodeModel(layers=layers, hidden=hidden), max_reqs=max_reqs,
+                max_reqs: int = 64, device_ms: float = 0.0, **kwargs: Any) -> DeviceBackend:
+    """A backend running ``ToyDecodeModel(layers, hidden, device_ms=device_ms)``."""
+    return make_backend(kind, ToyDecodeModel(layers=layers, hidden=hidden, device_ms=device_ms), max_reqs=max_reqs,
                         max_batch=max_reqs, adversarial=adversarial, **kwargs)

@@ -23,6 +23,7 @@ class StepRecord:
     kind: str = "decode"
     batch_size: int = 0
     sched: Span | None = None  # CPU: get_next_batch_to_run + writing the staging buffer
+    write: float | None = None  # CPU: the inputs were written into the staging buffer
     launch: float | None = None  # CPU: the launch command was issued
     barrier: Span | None = None  # CPU: waiting at the WAR barrier for this batch's input read
     read: Span | None = None  # device: consuming the staging buffer (H2D copy on CUDA)

@@ -34,8 +34,10 @@ def device_gaps(tl: Timeline) -> list[Span]:
 
 
 def draw_timeline(tl: Timeline, ax, t0: float | None = None, upto: float | None = None, title: str | None = None,
-                  highlight: int | None = None) -> None:
-    """Draw one run on ``ax`` (milliseconds on x). ``upto`` hides everything after that time (the stepper)."""
+                  highlight: int | None = None, marks: bool = False) -> None:
+    """Draw one run on ``ax`` (milliseconds on x). ``upto`` hides everything after that time (the stepper).
+    ``marks``: batch numbers on the CPU bars, and each batch's write (▼, CPU lane) joined to its read
+    (▲, device lane); red when the device read other inputs than the CPU wrote."""
     steps = tl.steps()
     t0 = tl.window()[0] if t0 is None else t0
     ms = 1e3
@@ -61,6 +63,8 @@ def draw_timeline(tl: Timeline, ax, t0: float | None = None, upto: float | None 
             color = "black" if highlight in (None, r.step) else "#999999"
             ax.text((r.dev[0] - t0) * ms, y["device"] + h / 2, str(r.step), fontsize=7, va="center",
                     color="red" if r.corrupted else color)
+    if marks:
+        _draw_marks(steps, ax, t0, ms, y, h, upto)
     ax.set_yticks([y[k] + h / 2 for k in LANES], LANES)
     ax.set_xlabel("time (ms)")
     end = max((r.proc[1] for r in steps if r.proc), default=t0)
@@ -70,16 +74,32 @@ def draw_timeline(tl: Timeline, ax, t0: float | None = None, upto: float | None 
         ax.set_title(title, fontsize=10, loc="left")
 
 
+def _draw_marks(steps: list[StepRecord], ax, t0: float, ms: float, y: dict, h: float, upto: float | None) -> None:
+    for r in steps:
+        if r.sched and (upto is None or r.sched[0] <= upto):
+            ax.text((r.sched[0] + r.sched[1] - 2 * t0) / 2 * ms, y["CPU"] + h / 2, str(r.step), fontsize=7,
+                    ha="center", va="center", color="white", fontweight="bold")
+        if r.write is None or r.read is None or (upto is not None and r.read[0] > upto):
+            continue
+        color = "red" if r.corrupted else "black"
+        xw, xr = (r.write - t0) * ms, (r.read[0] - t0) * ms
+        ax.plot([xw, xr], [y["CPU"] - 0.3, y["device"] + h + 0.3], color=color, linewidth=0.8,
+                linestyle="-" if r.corrupted else ":")
+        ax.plot([xw], [y["CPU"] - 0.3], marker="v", color=color, markersize=5)
+        ax.plot([xr], [y["device"] + h + 0.3], marker="^", color=color, markersize=5)
+
+
 def summary_line(tl: Timeline) -> str:
     return (f"{tl.loop} loop: {tl.throughput():.0f} tok/s, device idle {tl.device_idle_fraction():.0%}, "
             f"CPU {tl.cpu_time_per_step() * 1e3:.1f} ms/step, device {tl.device_time_per_step() * 1e3:.1f} ms/step")
 
 
 def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width: float = 11.0,
-                   labels: Sequence[str] | None = None):
+                   labels: Sequence[str] | None = None, marks: bool = False):
     """One Gantt chart per run, stacked, on a common time scale; returns the matplotlib Figure.
-    ``labels`` (one per run) prefix each run's title."""
+    ``labels`` (one per run) prefix each run's title; ``marks`` as in ``draw_timeline``."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     if not timelines:
@@ -89,15 +109,20 @@ def draw_timelines(timelines: Sequence[Timeline], same_scale: bool = True, width
     if labels is not None and len(labels) != len(timelines):
         raise ValueError(f"labels must have one entry per timeline ({len(timelines)}), got {len(labels)}")
     for i, (ax, tl) in enumerate(zip(axes[:, 0], timelines)):
-        draw_timeline(tl, ax, title=(f"{labels[i]}: " if labels else "") + summary_line(tl))
+        draw_timeline(tl, ax, title=(f"{labels[i]}: " if labels else "") + summary_line(tl), marks=marks)
         if same_scale:
             ax.set_xlim(0, longest * 1e3 * 1.01)
     handles = [Patch(color=COLORS[k], label=label) for k, label in
                (("sched", "CPU: schedule + launch"), ("proc", "CPU: process results"), ("blocked", "CPU: blocked"),
                 ("read", "device: read inputs"), ("dev", "device: forward"), ("copy", "copy to host"),
                 ("idle", "device idle"))]
-    fig.legend(handles=handles, loc="lower center", ncol=7, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    if marks:
+        handles += [Line2D([], [], color="black", marker="v", linestyle=":", markersize=5,
+                           label="CPU writes inputs ▼ … device reads them ▲"),
+                    Line2D([], [], color="red", marker="^", linestyle="-", markersize=5,
+                           label="read after the next write (corrupted)")]
+    fig.legend(handles=handles, loc="lower center", ncol=5 if marks else 7, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.1 if marks else 0.06, 1, 1))
     return fig
 
 
@@ -158,5 +183,66 @@ def plot_ratio_curve(rows: Sequence[dict], ax=None):
     ax.set_ylim(min(0.8, min(r["ratio"] for r in rows) - 0.1), 2.2)
     ax.legend(fontsize=8)
     fig = fig or ax.figure
+    fig.tight_layout()
+    return fig
+
+
+def draw_pipeline(tl: Timeline, step: int | None = None, width: float = 9.0):
+    """The overlap picture of the engine lesson, drawn from a measured overlap run: the CPU thread
+    schedules batch N+1 (and processes earlier results) while the device runs batch N; N+1 starts when
+    N ends. ``step`` is N (default: one in the middle of the run). Returns the matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    recs = {r.step: r for r in tl.steps()}
+    usable = [k for k in sorted(recs) if k + 1 in recs and recs[k].dev and recs[k + 1].sched and recs[k + 1].dev]
+    if not usable:
+        raise ValueError("the timeline needs two consecutive launched steps")
+    if step is None:
+        step = usable[len(usable) // 2]
+    elif step not in usable:
+        raise ValueError(f"step must be one of {usable}, got {step!r}")
+    n, m = recs[step], recs[step + 1]
+    t0 = min(n.dev[0], m.sched[0])
+    t1 = max(m.dev[1], m.sched[1])
+    ms = 1e3
+    fig, ax = plt.subplots(figsize=(width, 2.7))
+    y = {"cpu": 10, "dev": 0}
+    h = 7
+
+    def bar(span: Span, lane: str, color: str, text: str = "", **kw) -> None:
+        a, b = max(span[0], t0), min(span[1], t1)
+        if b <= a:
+            return
+        ax.broken_barh([((a - t0) * ms, (b - a) * ms)], (y[lane], h), facecolors=color, edgecolor="white", **kw)
+        if not text:
+            return
+        if (b - a) / (t1 - t0) > 0.009 * len(text):  # the label fits inside; the legend names the rest
+            ax.text((a + b - 2 * t0) / 2 * ms, y[lane] + h / 2, text, ha="center", va="center", fontsize=8,
+                    color="black" if color == COLORS["blocked"] else "white")
+
+    for r in recs.values():  # result processing that falls in the window: what the picture leaves out
+        if r.proc:
+            bar(r.proc, "cpu", COLORS["proc"], f"results of {r.step}")
+    end = m.launch if m.launch is not None else m.sched[1]
+    bar((m.sched[0], end), "cpu", COLORS["sched"], f"schedule batch {m.step}")
+    for r in (n, m):
+        if r.barrier:
+            bar(r.barrier, "cpu", COLORS["blocked"], f"barrier: until {r.step} is read", hatch="//")
+    bar(n.dev, "dev", COLORS["dev"], f"batch {n.step}: forward")
+    bar(m.dev, "dev", COLORS["dev"], f"batch {m.step}: forward")
+    if m.launch is not None and t0 <= m.launch <= t1:
+        ax.annotate("", xy=((m.dev[0] - t0) * ms, y["dev"] + h), xytext=((m.launch - t0) * ms, y["cpu"]),
+                    arrowprops=dict(arrowstyle="->", color="#444444"))
+    from matplotlib.patches import Patch
+    handles = [Patch(color=COLORS["sched"], label="schedule + launch"), Patch(color=COLORS["proc"], label="process results"),
+               Patch(facecolor=COLORS["blocked"], hatch="//", label="barrier: wait for the read"),
+               Patch(color=COLORS["dev"], label="forward")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=4, fontsize=8, frameon=False)
+    ax.set_yticks([y["dev"] + h / 2, y["cpu"] + h / 2], ["device\n(forward stream)", "CPU\n(scheduler thread)"])
+    ax.set_xlim(0, (t1 - t0) * ms * 1.02)
+    ax.set_ylim(-1, 18)
+    ax.set_xlabel("time (ms, measured)")
+    ax.set_title(f"while the device runs batch {n.step}, the CPU schedules batch {m.step}; the arrow is its launch",
+                 fontsize=10, loc="left")
     fig.tight_layout()
     return fig
