@@ -27,3 +27,14 @@ def test_the_kernel_imports_the_radixlab_the_executor_was_started_from(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     printed = nbformat.read(notebooks / "where.ipynb", as_version=4).cells[0].outputs[0]["text"].strip()
     assert Path(printed).resolve().is_relative_to(copy.resolve()), printed  # not the editable install's
+
+
+def test_help_and_bad_paths_are_answered_not_executed(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "radixlab.course.execute", *a], cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=60)
+    shown = run("--help")
+    assert shown.returncode == 0 and "usage:" in shown.stdout
+    missing = run("nope.ipynb")
+    assert missing.returncode == 2 and "no such notebook: nope.ipynb" in missing.stderr
+    unknown = run("--fast")
+    assert unknown.returncode == 2 and "unknown option '--fast'" in unknown.stderr

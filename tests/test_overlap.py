@@ -154,8 +154,11 @@ def test_three_barriers_on_one_adversarial_device():
             assert r.write is not None and r.write <= r.launch <= r.read[0]
             assert r.dev[1] - r.dev[0] >= 0.9e-3  # device_ms: the forward lasts at least that long
             assert r.copy[1] - r.copy[0] < 0.5e-3  # the adversarial hold is idle time, not a copy
-    with pytest.raises(ValueError, match="war_barrier"):
-        run_toy("overlap", be, war_barrier="sometimes")
+    for wrong in ("sometimes", "Full", "read", 1, 0, None):
+        with pytest.raises(ValueError, match="war_barrier"):
+            run_toy("overlap", be, war_barrier=wrong)
+    with pytest.raises(TypeError, match="device_ms"):
+        ToyDecodeModel(device_ms="2")
     with pytest.raises(ValueError, match="device_ms"):
         ToyDecodeModel(device_ms=-1)
 
@@ -367,3 +370,17 @@ def test_engine_without_barrier_on_the_adversarial_device_fails_loudly(tiny):
                 e.generate(prompts, {"max_new_tokens": 6})
             assert e.req_to_token_pool.available_size() == e.req_to_token_pool.size  # nothing left taken
         e.shutdown()
+
+
+def test_the_loop_refuses_a_war_barrier_it_would_misread():
+    """'Full' or 1 are truthy: unchecked, the loop would silently apply the read barrier."""
+    from radixlab.engine.event_loop import EventLoopMixin
+
+    loop = EventLoopMixin()
+    for ok in (True, False, "full"):
+        loop.war_barrier = ok
+        assert loop.war_barrier is ok or loop.war_barrier == ok
+    for wrong in ("Full", "read", 1, None):
+        with pytest.raises(ValueError, match="war_barrier"):
+            loop.war_barrier = wrong
+    assert loop.war_barrier == "full"  # unchanged by the refused values

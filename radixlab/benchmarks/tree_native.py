@@ -98,7 +98,8 @@ def thread_scaling(subjects: dict[str, tuple[Callable[[Any], Any], Callable[[int
 def gil_probe(fn: Callable[[], Any], reps: int = 3) -> dict:
     """Does one call of ``fn()`` let another thread run Python? A ticker thread stamps ``perf_counter_ns``
     in a loop (it must hold the GIL to stamp; it yields it between stamps); this thread makes the call.
-    The switch interval is raised to 0.25 s meanwhile, so the interpreter never takes the GIL from
+    The switch interval (process-wide: every thread's) is raised to 0.25 s meanwhile and restored on
+    return, even on an error, so the interpreter never takes the GIL from
     this thread by force during a shorter call: a stamp inside the call can only come from a call
     that let go of the GIL, whatever the load or the number of cores. (Pure Python code shows none
     either: it would hand the GIL over only every switch interval, interleaving threads, never

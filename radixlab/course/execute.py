@@ -39,9 +39,20 @@ def execute_notebook(path: str | Path, timeout: int = 600, allow_errors: bool = 
 
 def main(argv: list[str] | None = None) -> int:
     paths = argv if argv is not None else sys.argv[1:]
+    usage = "usage: python -m radixlab.course.execute NOTEBOOK.ipynb [...]  (executes each in place, fresh kernel)"
+    if any(p in ("-h", "--help") for p in paths):
+        print(usage)
+        return 0
     if not paths:
-        print("usage: python -m radixlab.course.execute NOTEBOOK.ipynb [...]", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
+    for p in paths:
+        if p.startswith("-"):
+            print(f"unknown option {p!r}\n{usage}", file=sys.stderr)
+            return 2
+        if not Path(p).is_file():
+            print(f"no such notebook: {p}\n{usage}", file=sys.stderr)
+            return 2
     for p in paths:
         t0 = time.perf_counter()
         nb = execute_notebook(p)

@@ -107,7 +107,7 @@ class EngineProgram(DeviceProgram):
         return torch.tensor(ModelRunner.sample(last, reqs, mid_chunk), dtype=torch.int64, device=self.device)
 
 
-def attach_backend(engine: Any, kind: str | None = None, *, war_barrier: bool = True,
+def attach_backend(engine: Any, kind: str | None = None, *, war_barrier: bool | str = True,
                    adversarial: bool = False) -> DeviceBackend:
     """Run ``engine``'s scheduler on a device backend (``"cuda"``, ``"cpu-process"``, ``"cpu-thread"``,
     ``"in-process"``; default: cuda for a CUDA engine, else the worker process). The KV pool and the

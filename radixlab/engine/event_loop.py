@@ -26,12 +26,35 @@ class SchedulerStalled(RuntimeError):
         super().__init__("scheduler stalled: requests wait but nothing can run (a bug)")
 
 
+WAR_BARRIERS = (True, False, "full")  # wait for the read; no barrier; wait for the tokens
+
+
+def check_war_barrier(value: Any) -> bool | str:
+    """``value`` if it is one of ``WAR_BARRIERS``, else a ValueError naming ``war_barrier``.
+
+    Checked by identity for the booleans, so that ``1``, ``"Full"`` or ``"read"`` are refused rather
+    than silently read as the read barrier."""
+    if not any(value is ok if isinstance(ok, bool) else value == ok for ok in WAR_BARRIERS):
+        raise ValueError(f"war_barrier must be True (wait for the read), False (no barrier) or 'full' "
+                         f"(wait for the tokens), got {value!r}")
+    return value
+
+
 class EventLoopMixin:
     """The two loops; a scheduler supplies the three steps, ``has_work`` and a ``backend``."""
 
     backend: DeviceBackend
-    war_barrier: bool | str = True  # True: wait for the read; False: no barrier; "full": for the tokens
+    _war_barrier: bool | str = True
     timeline: Timeline | None = None
+
+    @property
+    def war_barrier(self) -> bool | str:
+        """True: wait for the read; False: no barrier; ``"full"``: wait for the tokens."""
+        return self._war_barrier
+
+    @war_barrier.setter
+    def war_barrier(self, value: bool | str) -> None:
+        self._war_barrier = check_war_barrier(value)
 
     def event_loop_normal(self) -> None:
         """Schedule, launch, wait for the tokens, process: the device idles while the CPU works."""

@@ -51,7 +51,7 @@ class Scheduler(EventLoopMixin):
     def __init__(self, model_runner: ModelRunner, tree_cache: Any, policy: SchedulePolicy, *,
                  max_running_requests: int, chunked_prefill_size: int | None, max_prefill_tokens: int,
                  eos_token_ids: frozenset = frozenset(), keep_logits: bool = False,
-                 backend: DeviceBackend | None = None, war_barrier: bool = True) -> None:
+                 backend: DeviceBackend | None = None, war_barrier: bool | str = True) -> None:
         self.model_runner = model_runner
         self.tree_cache = tree_cache
         self.req_to_token_pool = tree_cache.req_to_token_pool

@@ -18,7 +18,7 @@ import torch
 
 from .backends import make_backend
 from .device_backend import DeviceBackend, DeviceProgram, Launch
-from .event_loop import EventLoopMixin
+from .event_loop import EventLoopMixin, check_war_barrier
 from .timeline import Timeline
 
 LOOPS = {"normal": EventLoopMixin.event_loop_normal, "overlap": EventLoopMixin.event_loop_overlap}
@@ -32,6 +32,8 @@ class ToyDecodeModel(DeviceProgram):
         for name, value in (("layers", layers), ("hidden", hidden), ("vocab", vocab), ("max_pos", max_pos)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(device_ms, bool) or not isinstance(device_ms, (int, float)):
+            raise TypeError(f"device_ms must be a number of milliseconds, got {device_ms!r}")
         if device_ms < 0:
             raise ValueError(f"device_ms must be >= 0, got {device_ms}")
         self.layers, self.hidden, self.vocab, self.max_pos, self.seed = layers, hidden, vocab, max_pos, seed
@@ -116,8 +118,7 @@ class ToyScheduler(EventLoopMixin):
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
         if cpu_ms < 0:
             raise ValueError(f"cpu_ms must be >= 0, got {cpu_ms}")
-        if war_barrier not in (True, False, "full"):
-            raise ValueError(f"war_barrier must be True, False or 'full', got {war_barrier!r}")
+        check_war_barrier(war_barrier)
         self.backend = backend
         self.cpu_ms = cpu_ms
         self.war_barrier = war_barrier
