@@ -310,7 +310,7 @@ def plot_lookup_times(rows: Sequence[LookupRow]):
 
     fig, (per_lookup, per_request) = plt.subplots(1, 2, figsize=(10.5, 4.6), sharey=True)
     xs = [r.prefix_len for r in rows]
-    panels = [(per_lookup, "per lookup", [("hash, probe-down, re-hash (seed)", "probe_down_s", "o-"),
+    panels = [(per_lookup, "per lookup", [("hash, probe-down, re-hash (tree lesson)", "probe_down_s", "o-"),
                                           ("hash, forward, re-hash", "forward_s", "s-"),
                                           ("hash, kept hashes (vLLM)", "kept_s", "D-"),
                                           ("radix match_prefix", "radix_s", "^-")]),

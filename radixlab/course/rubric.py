@@ -1,6 +1,6 @@
 """The course rubric, stated once: check cells, the grader and notebook 04's rubric table all read it.
 
-Lesson 4 of the seeds: code 4 points per exercise = main path 2 (the seed's visible asserts, scored
+Lesson 4 of the seeds: code 4 points per exercise = main path 2 (the exercise's visible asserts, scored
 automatically) + boundary cases 1 (hidden edge cases, scored automatically) + mapping to the source
 objects 1 (marked by hand, from the written follow-up that goes with the exercise); each written
 question 2 points (by hand); a lesson passes at 80 % of its points. A notebook may override numbers
@@ -24,7 +24,7 @@ def rubric_table(exercises: int = 1, questions: int = 0, rubric: dict | None = N
     total = exercises * (auto_points(r) + r["mapping"]) + questions * r["question"]
     lines = [
         f"code, per exercise       {auto_points(r) + r['mapping']:g} points",
-        f"  main path              {r['main']:g}  automatic: the seed's visible asserts",
+        f"  main path              {r['main']:g}  automatic: the exercise's visible asserts",
         f"  boundary cases         {r['boundary']:g}  automatic: hidden edge cases (the grader draws fresh ones)",
         f"  maps to source objects {r['mapping']:g}  by hand: the written follow-up of the exercise",
         f"written question         {r['question']:g} points each, by hand: objects, state change, cost or correctness chain",
