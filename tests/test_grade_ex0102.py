@@ -96,6 +96,16 @@ WRONG = {
         "    new_node.lock_ref = child.lock_ref", "    pass")], "copy the child's lock_ref"),
     "02.2 a view kept": ("02.2", [IMPORTS_02_2, SPLIT_NODE.replace(
         "child.value[:split_len].clone()", "child.value[:split_len]")], "a view of the old index tensor"),
+    "02.2 priority not inherited": ("02.2", [IMPORTS_02_2, textwrap.dedent("""
+        def split_node(cache, key, child, split_len):
+            new = cache._new_node(child.key[:split_len], child.value.narrow_copy(0, 0, split_len), child.parent)
+            for field in ("lock_ref", "hit_count", "last_access_time"):
+                setattr(new, field, getattr(child, field))
+            child.parent.children[key.child_key(cache.page_size)] = new
+            child.key, child.value, child.parent = child.key[split_len:], child.value.narrow_copy(0, split_len, child.value.numel() - split_len), new
+            new.children = {child.key.child_key(cache.page_size): child}
+            return new
+        """)], "inherits the child's priority"),
     "02.2 parent not re-pointed": ("02.2", [IMPORTS_02_2, SPLIT_NODE.replace(
         "    parent.children[key.child_key(cache.page_size)] = new_node\n", "")], "re-point the parent"),
 }

@@ -103,6 +103,9 @@ WRONG = {  # name: (source, score, what the message says)
     "not a shorter query": ("def test_shorter_query(f):\n"
                             "    assert f([1, 2, 3, 4, 5, 8], 'base', [([1, 2, 3, 4, 5, 9], 'base')], 4) == 4\n",
                             1, "none of your test's calls asks about a query shorter"),
+    "shorter but diverging": ("def test_shorter_query(f):\n"  # shorter, yet not a prefix of the path
+                              "    assert f([1, 2, 7], 'base', [([1, 2, 3, 4, 5, 9], 'base')], 2) == 2\n",
+                              0.5, "none of your test's calls asks about a query shorter"),
 }
 
 CALL = 'f([1, 2, 3], "base", [([1, 2, 3, 4, 5, 9], "base")], 2)'
@@ -373,3 +376,29 @@ def test_counting_runs_does_not_pay_in_the_grader():
     for seed in (0, 1, 2):
         result = grade_cells("04.2", [COUNTER], seed=seed)[0]
         assert result.score == 1, repr(result)  # a fresh process per run: it passes everything
+
+
+def test_identity_tests_fail_in_the_check_cell_as_in_the_grader():
+    """The grader's executor gets each case through JSON (fresh objects): a namespace compared with
+    `is` matches nothing there. The check cell passed it the case's own objects, so it gave 3/3 to an
+    answer the grader scored 0 (found by an attack review); now both get JSON-built cases."""
+    from grade_helpers import in_kernel
+
+    cells = [textwrap.dedent("""
+        def longest_cached_prefix(query_tokens, query_namespace, cached_paths, page_size):
+            if page_size <= 0:
+                raise ValueError("page_size must be positive")
+            best = 0
+            for tokens, ns in cached_paths:
+                if ns is not query_namespace:
+                    continue
+                n = 0
+                while n < min(len(tokens), len(query_tokens)) and tokens[n] == query_tokens[n]:
+                    n += 1
+                best = max(best, n // page_size * page_size)
+            return best
+        """)]
+    kernel = in_kernel("04.1", cells)
+    result, _ = grade_cells("04.1", cells)
+    assert not kernel.passed, repr(kernel)
+    assert [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]

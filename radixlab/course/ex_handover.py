@@ -187,6 +187,7 @@ def cases(seed: int = 0) -> list[GradedCase]:
              ["decode", "A", t(7, 8)], ["decode", "B", t(7, 9)], ["finish", "A"], ["finish", "B"]]
     paged = [["admit", "A", t(*range(1, 10))], ["prefill", "A"], ["decode", "A", t(20, 21, 22)], ["finish", "A"],
              ["admit", "B", t(*range(1, 7), 30)], ["prefill", "B"], ["decode", "B", t(31, 32)], ["finish", "B"]]
+    one_tail = [["admit", "A", t(*range(1, 7))], ["prefill", "A"], ["decode", "A", t(20, 21, 22, 23)], ["finish", "A"]]
     lora = [["admit", "A", t(1, 2, 3, 4)], ["prefill", "A"], ["decode", "A", t(5, 6)], ["finish", "A"],
             ["admit", "B", t(1, 2, 3, 4), "lora-A"], ["prefill", "B"], ["decode", "B", t(5, 6)], ["finish", "B"]]
     c = lambda ops, p=1: {"page_size": p, "ops": ops}  # noqa: E731
@@ -195,6 +196,7 @@ def cases(seed: int = 0) -> list[GradedCase]:
         GradedCase("two requests with the same prompt, running at once: the second one's copies are duplicates",
                    c(twins), weight=2),
         GradedCase("page_size 4: the unaligned tail is freed", c(paged, 4), "boundary", 2),
+        GradedCase("page_size 4: a tail of one token is freed too", c(one_tail, 4), "boundary"),
         GradedCase("page_size 2, the twins", c(twins, 2), "boundary"),
         GradedCase("a second namespace (extra_key)", c(lora), "boundary"),
         GradedCase("random interleavings, page_size 1", c(_random_ops(rng, 1)), "boundary"),

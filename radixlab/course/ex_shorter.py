@@ -96,7 +96,7 @@ def oracle(run: str, question: Any) -> tuple[dict, dict]:
     got = answers[run]
     result = got[1] if got[0] == "value" else f"raises {got[1]}"
     record = {"text": f"longest_cached_prefix({q}, {ns!r}, {paths}, {p}) → {result}"[:300],
-              "shorter": bool(q) and any(n == ns and len(q) < len(t) and q[:1] == t[:1] for t, n in paths),
+              "shorter": bool(q) and any(n == ns and len(q) < len(t) and q == t[:len(q)] for t, n in paths),
               "differs": got != answers["correct"]}
     reply = {"value": got[1]} if got[0] == "value" else {"raised": got[1], "message": got[2]}
     return reply, record

@@ -28,7 +28,8 @@ def reference_split_node(*args: Any) -> Any:
     return answer(*args)
 
 
-def build_cache(paths: list[list[int]], page_size: int = 1, extra_key: str | None = None) -> RadixCache:
+def build_cache(paths: list[list[int]], page_size: int = 1, extra_key: str | None = None,
+                priority: int = 0) -> RadixCache:
     """A cache holding ``paths`` (each path's slots: 100 + its position in an allocator), built with no
     split: every path's parents are inserted before it, so each insert ends on a node boundary."""
     alloc = TokenToKVPoolAllocator(512, page_size)
@@ -36,7 +37,7 @@ def build_cache(paths: list[list[int]], page_size: int = 1, extra_key: str | Non
     for tokens in sorted(paths, key=len):
         key = RadixKey(tokens, extra_key)
         have = cache.match_prefix(key).device_indices  # ends on a boundary: no split
-        cache.insert(key, torch.cat([have, alloc.alloc(len(tokens) - len(have))]))
+        cache.insert(key, torch.cat([have, alloc.alloc(len(tokens) - len(have))]), priority=priority)
     return cache
 
 
@@ -73,7 +74,7 @@ def drive(split_node: SplitNodeFn, args: dict) -> dict:
     """Build the cache, lock a live request's node, run the operations with ``split_node``; plain data out."""
     page = args.get("page_size", 1)
     ns = args.get("extra_key")
-    cache = build_cache(args["paths"], page, ns)
+    cache = build_cache(args["paths"], page, ns, args.get("priority", 0))
     locked = cache.match_prefix(RadixKey(args["lock"], ns)).last_node if args.get("lock") else None
     if locked is not None:
         cache.inc_lock_ref(locked)
@@ -200,6 +201,8 @@ def cases(seed: int = 0) -> list[GradedCase]:
              [["insert", t[:2] + [t[11], t[10]]]], "boundary", extra_key="tenant-b", lock=t[:4]),
         case("a node with children and a lock is split", [t[:4], t[:4] + [t[5]], t[:4] + [t[6]]],
              [["insert", t[:2] + [t[9]]]], "boundary", lock=t[:4] + [t[5]]),
+        case("a node of priority 3 is split: the prefix keeps the priority", [t[:5]],
+             [["insert", t[:3] + [t[9]]]], "boundary", priority=3),
     ]
 
 

@@ -323,7 +323,9 @@ def check_exercise(spec: ExerciseSpec, fn: Any, *, seed: int = 0, record: bool =
         if own:
             outcome = {"raised": f"AssertionError: {spec.function} is radixlab's own {own}: write your own"}
         else:
-            outcome = ran[k] if ran else run_case(spec, fn, case.args, time_limit)
+            # the grader's executor receives the case through JSON (separate objects, lists for
+            # tuples): so does the check cell, or `is` and tuple tests would pass here only
+            outcome = ran[k] if ran else run_case(spec, fn, plain_json(case.args), time_limit)
         outcome["seconds"] = outcome.get("seconds", 0.0) + time.perf_counter() - t0
         if "answer" in outcome:  # compare as the grader does: both sides as JSON data
             outcome["answer"] = json.loads(json.dumps(outcome["answer"], default=repr))
