@@ -115,9 +115,12 @@ def plot_prefill_scaling(lengths: Sequence[int], d_model: int = 128, n_layers: i
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.plot(lengths, measured, "o-", label="measured time (tiny model)")
     ax.plot(lengths, estimated, "s--", label="FLOP estimate")
-    for ys, dy in ((measured, 6), (estimated, -12)):
-        ax.annotate(f"{ys[-1]:.1f}×", (lengths[-1], ys[-1]), textcoords="offset points", xytext=(-28, dy))
+    upper = measured[-1] >= estimated[-1]
+    for ys, above in ((measured, upper), (estimated, not upper)):  # the last point's ratio, right of it
+        ax.annotate(f"{ys[-1]:.1f}×", (lengths[-1], ys[-1]), textcoords="offset points", xytext=(7, 0),
+                    ha="left", va="bottom" if above else "top")
     ax.set_xscale("log", base=2)
+    ax.set_xlim(lengths[0] / 1.3, lengths[-1] * 1.7)
     ax.set_yscale("log")
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel(f"relative to {lengths[mid]} tokens")
