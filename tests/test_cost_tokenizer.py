@@ -51,3 +51,18 @@ def test_plot_prefill_scaling_draws_two_curves():
     assert len(ax.lines) == 2 and ax.get_ylabel() == "relative to 16 tokens"
     with pytest.raises(ValueError, match="lengths"):
         plot_prefill_scaling([8])
+
+
+def test_plot_prefill_scaling_plots_the_times_it_is_given():
+    """Notebook 00 plots the times its previous cell printed: the last point is that cell's ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = plot_prefill_scaling([8, 16, 32], d_model=16, n_layers=1, seconds=[1.0, 2.0, 7.0])
+    measured = fig.axes[0].lines[0]
+    assert list(measured.get_ydata()) == [0.5, 1.0, 3.5]
+    assert "3.5×" in [t.get_text() for t in fig.axes[0].texts]
+    with pytest.raises(ValueError, match="seconds"):
+        plot_prefill_scaling([8, 16], seconds=[1.0])
+    with pytest.raises(ValueError, match="seconds"):
+        plot_prefill_scaling([8, 16], seconds=[1.0, 0.0])

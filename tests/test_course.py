@@ -201,6 +201,12 @@ def _student_path(nb):
         yield i, cell.source
 
 
+def test_the_course_map_names_no_unseen_source():
+    """Notebook 00 prints the course map on its core path: its texts speak the course's words too."""
+    found = UNSEEN_SOURCE.search(course_map())
+    assert not found, course_map()[max(0, found.start() - 60):found.end() + 60]
+
+
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem[:2] in NAMES_CHECKED], ids=lambda p: p.stem)
 def test_the_student_path_names_no_unseen_source(path):
     """Students never see the two source lessons: notebook 00 names them ('the tree lesson', 'the

@@ -1,4 +1,5 @@
-"""The course map: every notebook, in order, with what it teaches and which seed it comes from.
+"""The course map: every notebook, in order, with what it teaches and which of the two source lessons
+(the tree lesson, the engine lesson, or both) it comes from.
 
 A test keeps this list and ``notebooks/`` in step, so notebook 00's map is never stale.
 """
@@ -14,51 +15,52 @@ class Lesson:
     title: str
     minutes: int
     teaches: str
-    seed: str
+    source: str  # "tree lesson", "engine lesson" or "both"
 
 
 COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
            "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
            "a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 32,
+    Lesson("01_radix_tree", "The radix tree", 35,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, the same requests "
            "in SGLang's RadixCache; Going further: the tree lesson's walkthrough, optional exercise: the match in "
-           "SGLang's semantics", "adv05"),
-    Lesson("02_cow_split", "Copy-on-write split and ref counts", 30,
+           "SGLang's semantics", "tree lesson"),
+    Lesson("02_cow_split", "Copy-on-write split and ref counts", 32,
            "_split as a CoW fork, ref=2 on the shared node, exercise: the teaching tree's split, SGLang's direction, "
            "the wrong-order bug (Q3), ref vs lock_ref; Going further: why clone, optional exercise: SGLang's "
-           "_split_node", "adv05"),
+           "_split_node", "tree lesson"),
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 25,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
-           "adv05 + lesson 4"),
+           "both"),
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 30,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
-           "PagedAttention (Q1); Going further: EAGLE bigrams", "lesson 4"),
+           "PagedAttention (Q1); Going further: EAGLE bigrams", "engine lesson"),
     Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
-           "the hand-over of cache_finished_req, lock_ref vs ref (figure 4-1); Going further: chunked prefill",
-           "lesson 4"),
+           "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill",
+           "engine lesson"),
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 25,
-           "evict and the parent push, exercise: the eviction loop, heap vs LRU list, adv05 Q2, LRU/LFU/FIFO vs Belady",
-           "lesson 4 + adv05 Q2"),
+           "evict and the parent push, exercise: the eviction loop, heap vs LRU list, "
+           "does the teaching tree leak (the tree lesson's Q2), LRU/LFU/FIFO vs Belady",
+           "both"),
     Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 20,
            "node → row → slot → K/V row, SmolLM2 with and without the cache, adapters, half pages, page size, "
-           "KV bytes per token, exercise: the gather", "lesson 4"),
+           "KV bytes per token, exercise: the gather", "engine lesson"),
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 30,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
            "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
-           "the engine lesson's Q3", "lesson 4"),
+           "the engine lesson's Q3", "engine lesson"),
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
-           "bench serve", "lesson 4"),
+           "bench serve", "engine lesson"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
-           "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "lesson 4"),
+           "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "engine lesson"),
     Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 28,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
            "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
-           "lesson 4"),
+           "engine lesson"),
 ]
 
 

@@ -94,20 +94,33 @@ def measure_prefill_seconds(lengths: Sequence[int], d_model: int = 128, n_layers
     return times
 
 
-def plot_prefill_scaling(lengths: Sequence[int], d_model: int = 128, n_layers: int = 2, repeats: int = 2):
-    """Measure ``measure_prefill_seconds`` and plot it beside the FLOP estimate, both relative to the
-    middle length, on log axes (notebook 00). Returns the matplotlib figure."""
+def plot_prefill_scaling(lengths: Sequence[int], d_model: int = 128, n_layers: int = 2, repeats: int = 2,
+                         seconds: Sequence[float] | None = None):
+    """Plot measured prefill time beside the FLOP estimate, both relative to the middle length, on log
+    axes (notebook 00), and label the last point of each curve with its ratio. ``seconds``: times already
+    measured for ``lengths`` (so the plot shows the very numbers a cell printed); without it,
+    ``measure_prefill_seconds`` measures them. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
     if len(lengths) < 2:
         raise ValueError(f"lengths must hold at least two prompt lengths, got {list(lengths)}")
-    seconds = measure_prefill_seconds(lengths, d_model=d_model, n_layers=n_layers, repeats=repeats)
+    if seconds is None:
+        seconds = measure_prefill_seconds(lengths, d_model=d_model, n_layers=n_layers, repeats=repeats)
+    elif len(seconds) != len(lengths) or not all(s > 0 for s in seconds):
+        raise ValueError(f"seconds must hold one positive time per length, got {list(seconds)} for {list(lengths)}")
     flops = [prefill_flops(n, d_model=d_model, n_layers=n_layers) for n in lengths]
     mid = len(lengths) // 2
+    measured = [s / seconds[mid] for s in seconds]
+    estimated = [f / flops[mid] for f in flops]
     fig, ax = plt.subplots(figsize=(6, 3.2))
-    ax.plot(lengths, [s / seconds[mid] for s in seconds], "o-", label="measured time (tiny model)")
-    ax.plot(lengths, [f / flops[mid] for f in flops], "s--", label="FLOP estimate")
+    ax.plot(lengths, measured, "o-", label="measured time (tiny model)")
+    ax.plot(lengths, estimated, "s--", label="FLOP estimate")
+    upper = measured[-1] >= estimated[-1]
+    for ys, above in ((measured, upper), (estimated, not upper)):  # the last point's ratio, right of it
+        ax.annotate(f"{ys[-1]:.1f}×", (lengths[-1], ys[-1]), textcoords="offset points", xytext=(7, 0),
+                    ha="left", va="bottom" if above else "top")
     ax.set_xscale("log", base=2)
+    ax.set_xlim(lengths[0] / 1.3, lengths[-1] * 1.7)
     ax.set_yscale("log")
     ax.set_xlabel("prompt tokens")
     ax.set_ylabel(f"relative to {lengths[mid]} tokens")
