@@ -8,7 +8,7 @@ import pytest
 
 from radixlab.course.edition import strip_markers
 
-from radixlab.course.ex_evict import (check_evict_loop, chain, figure_4_1, forgets_parent_loop, ignores_lock_loop,
+from radixlab.course.ex_evict import (check_evict_loop, chain, three_requests, forgets_parent_loop, ignores_lock_loop,
                                       initial_heap, locked_parent, loop_with_parent_rule,
                                       reference_evict_loop)
 
@@ -59,7 +59,7 @@ def test_reference_passes_and_matches_radix_cache_evict():
     result = check_evict_loop(notebook_solution())
     assert result.passed and result.score == result.max_score == 3
     assert repr(result).startswith("✅ Exercise 06.1 (the eviction loop)")
-    for build in (chain, locked_parent, figure_4_1):
+    for build in (chain, locked_parent, three_requests):
         for n in (0, 1, 3, 6, 100):
             a, b = build(), build()
             assert reference_evict_loop(a, initial_heap(a), n) == b.evict(n)

@@ -200,6 +200,14 @@ OTHER_FORGERIES = {
         "    return ex_evict.loop_with_parent_rule(lambda p: not p.children and p.lock_ref == 0)(cache, heap, n)\n"),
     "07.1 radixlab's gather_kv": ("07.1", "from radixlab.model import layers\n"
         "def gather_kv(r, k, v, i, n):\n    return layers.gather_kv(r, k, v, i, n)\n"),
+    "07.2 the engine's alloc_at": ("07.2", "import torch\n"
+        "from radixlab.mem_cache import RadixCache, alloc_at\n"
+        "def write_new_kv(rows, alloc, pool, batch, new_kv):\n"
+        "    cache = RadixCache(alloc.page_size, token_to_kv_pool_allocator=alloc, req_to_token_pool=rows)\n"
+        "    loc = torch.cat([alloc_at(cache, r, p, n) for r, p, n in batch])\n"
+        "    for layer, (k, v) in enumerate(new_kv):\n"
+        "        pool.set_kv_buffer(layer, loc, k, v)\n"
+        "    return loc\n"),
     "08.1 the instructor's answer": ("08.1", "from radixlab.course import answers_overlap\n"
         "def run_batch(device, batch, in_flight):\n    return answers_overlap.reference_run_batch(device, batch, in_flight)\n"),
     "09.1 the engine's LPM sort": ("09.1", "from radixlab.engine import schedule_policy as policies\n"
@@ -211,7 +219,8 @@ OTHER_FORGERIES = {
 
 
 @pytest.mark.parametrize("name", ["01.1 RadixTree.find walks the path", "06.1 the wrong-answer helper with the right rule",
-                                  "07.1 radixlab's gather_kv", "08.1 the instructor's answer", "09.1 the engine's LPM sort"])
+                                  "07.1 radixlab's gather_kv", "07.2 the engine's alloc_at", "08.1 the instructor's answer",
+                                  "09.1 the engine's LPM sort"])
 def test_these_forgeries_are_real_ones_in_the_students_kernel(name):
     """With the whole of radixlab at hand they pass: only the stripped copy stops them in the grader. (The
     check cell's notice of code the copy lacks is bypassed here: it is a courtesy, tested on its own.)"""

@@ -34,3 +34,20 @@ def test_sglang_links_are_pinned_with_line_numbers():
     links = re.findall(r"https://github\.com/sgl-project/sglang/blob/([^/]+)/python/sglang/(\S+?)#L(\d+)\)", text)
     assert len(links) >= 15 and {tag for tag, _, _ in links} == {"v0.5.17"}
 
+
+
+def test_notebook_write_side_passes_and_blank_fails():
+    """Exercise 07.2 (the write side): the notebook's answer passes, its student edition is "not done yet"."""
+    import torch
+
+    from radixlab.course.ex_kvwrite import check_write_new_kv
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    source = next(c.source for c in nb.cells if c.cell_type == "code" and "def write_new_kv" in c.source)
+    scope: dict = {"torch": torch}
+    exec(strip_markers(source), scope)
+    assert check_write_new_kv(scope["write_new_kv"], record=False).passed
+    scope = {"torch": torch}
+    exec(blank_solutions(source), scope)
+    result = check_write_new_kv(scope["write_new_kv"], record=False)
+    assert not result.passed and "not done yet" in repr(result) and "07.2" in repr(result)

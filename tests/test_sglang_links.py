@@ -98,7 +98,7 @@ def test_the_vllm_pattern_takes_only_pinned_source_lines():
 
 
 def test_notebook_06_starts_where_05_stopped():
-    """06 rebuilds figure 4-1 after request 1 finished: the same state 05 ends with."""
+    """06 rebuilds the three requests after request 1 finished: the same state 05 ends with."""
     def last_drawing(path, caption_start):
         nb = nbformat.read(path, as_version=4)
         texts = [o.get("data", {}).get("text/plain", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
@@ -107,4 +107,4 @@ def test_notebook_06_starts_where_05_stopped():
         return hits[-1].split("\n", 1)[1]
 
     nb05, nb06 = (ROOT / "notebooks" / f for f in ("05_request_lifecycle_and_locks.ipynb", "06_eviction.ipynb"))
-    assert last_drawing(nb05, "request 1 finished") == last_drawing(nb06, "figure 4-1: request 1 finished")
+    assert last_drawing(nb05, "request 1 finished") == last_drawing(nb06, "the three requests: request 1 finished")

@@ -104,3 +104,27 @@ def test_lifecycle_frames_decode_real_tokens_and_cache_those_with_kv():
     assert cache.match_prefix([1, 2, 3, 9, 9, 7, 8, 6]).device_indices.numel() == 7  # 6 was never fed back
     assert "insert adds 4 tokens" in frames[6].caption
     assert cache.protected_size() == 0 and alloc.available_size() == 32 - 9
+
+
+def test_hit_rate_plot_is_a_grid_with_one_legend_outside_the_panels():
+    """Seven workloads: two rows of four panels (the eighth hidden), one figure legend, none on a panel."""
+    from types import SimpleNamespace
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from radixlab.viz.eviction import plot_hit_rates
+
+    fractions = [0.1, 0.5, 1.0]
+    results = {f"w{i}": {p: [SimpleNamespace(hit_rate=f / 2) for f in fractions] for p in ("lru", "fifo", "belady")}
+               for i in range(7)}
+    fig = plot_hit_rates(results, fractions, {name: 0.5 for name in results})
+    try:
+        axes = fig.axes
+        assert len(axes) == 8 and sum(ax.get_visible() for ax in axes) == 7
+        assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in axes)
+        width, height = fig.get_size_inches()
+        assert width / 4 >= 3 and height / 2 >= 2.5  # panels of a readable size
+    finally:
+        plt.close(fig)

@@ -122,8 +122,8 @@ def locked_parent(off: int = 0) -> RadixCache:
     return cache
 
 
-def figure_4_1(off: int = 0) -> RadixCache:
-    """Lesson 4's figure: a shared [Hello, World] node with [How are you ?] and [Explain CU DA] below
+def three_requests(off: int = 0) -> RadixCache:
+    """The engine lesson's three requests: a shared [Hello, World] node with [How are you ?] and [Explain CU DA] below
     (every token + ``off``: the grader's seeds rename them)."""
     cache, alloc = _cache()
     for tokens in ([1, 2, 3, 4, 5, 6], [1, 2, 7, 8, 9], [20, 21, 22]):
@@ -163,7 +163,7 @@ def parent_between(policy: str = "lru", off: int = 0) -> RadixCache:
 
 
 SCENARIOS: dict[str, Callable[..., RadixCache]] = {"chain": chain, "locked_parent": locked_parent,
-                                                  "figure_4_1": figure_4_1, "bushy": bushy,
+                                                  "three_requests": three_requests, "bushy": bushy,
                                                   "parent_between": parent_between}
 
 
@@ -262,11 +262,11 @@ def cases(seed: int = 0) -> list[GradedCase]:
     # the grader's seeds rename the visible scenarios' tokens: a table of the visible answers scores nothing
     off = {"off": 100 + rng.randrange(800)} if seed else {}
     return [
-        GradedCase("figure 4-1: evict 3 tokens takes the least recently used leaf", c("figure_4_1", 3, **off)),
+        GradedCase("the three requests: evict 3 tokens takes the least recently used leaf", c("three_requests", 3, **off)),
         GradedCase("a chain: evicting 6 tokens needs the parent pushes", c("chain", 6, **off), weight=2),
         GradedCase("a locked parent is never evicted", c("locked_parent", 100, **off), weight=2),
-        GradedCase("a parent that still has children is not a leaf yet", c("figure_4_1", 5, **off), "boundary"),
-        GradedCase("stops as soon as enough is freed", c("figure_4_1", 1, **off), "boundary"),
+        GradedCase("a parent that still has children is not a leaf yet", c("three_requests", 5, **off), "boundary"),
+        GradedCase("stops as soon as enough is freed", c("three_requests", 1, **off), "boundary"),
         GradedCase("evict(0) frees nothing", c("chain", 0, **off), "boundary"),
         GradedCase("asks for more than is evictable: stops when the heap is empty",
                    c("bushy", 1000, first=first), "boundary"),

@@ -170,31 +170,45 @@ def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tok
     snap(f"{n + 1}. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
     return frames
 
-POLICY_STYLE = {"lru": ("#1f77b4", "o", "-"), "lfu": ("#2ca02c", "s", "-"), "fifo": ("#9467bd", "^", "-"),
-                "belady": ("#d62728", "*", "--")}
+# (color, marker, line style, line width): LRU drawn wide underneath, FIFO thin and dotted on top, so that
+# where the two coincide (chat: a leaf is touched only when it is made) both stay visible.
+POLICY_STYLE = {"lru": ("#1f77b4", "o", "-", 4.0), "lfu": ("#2ca02c", "s", "-", 1.6),
+                "fifo": ("#9467bd", "^", ":", 1.6), "belady": ("#d62728", "*", "--", 1.6)}
+
 
 def plot_hit_rates(results: Mapping[str, Mapping[str, Sequence[Any]]], fractions: Sequence[float],
-                   ceilings: Mapping[str, float] | None = None):
-    """One panel per workload: hit rate vs cache capacity (as a fraction of the working set), per policy.
+                   ceilings: Mapping[str, float] | None = None, columns: int = 4):
+    """One panel per workload, ``columns`` to a row: hit rate vs cache capacity (as a fraction of the
+    working set), per policy, with one legend for all panels below the grid.
 
     ``results[workload][policy]`` is a list of ``SimResult`` (one per fraction), as ``eviction_sim.sweep``
     returns; ``ceilings[workload]`` (optional) draws the unbounded-cache hit rate. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), sharey=True, squeeze=False)
-    for ax, (name, by_policy) in zip(axes[0], results.items()):
-        for policy, rows in by_policy.items():
-            color, marker, style = POLICY_STYLE.get(policy, ("#555555", ".", "-"))
+    n = len(results)
+    cols = max(1, min(columns, n))
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.9 * rows + 0.6), sharey=True, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax, (name, by_policy) in zip(flat, results.items()):
+        for policy, curve in by_policy.items():
+            color, marker, style, width = POLICY_STYLE.get(policy, ("#555555", ".", "-", 1.6))
             label = "Belady (offline)" if policy == "belady" else policy.upper()
-            ax.plot([100 * f for f in fractions], [100 * r.hit_rate for r in rows], style, color=color,
-                    marker=marker, label=label)
+            ax.plot([100 * f for f in fractions], [100 * r.hit_rate for r in curve], style, color=color,
+                    marker=marker, markersize=4, lw=width, alpha=0.55 if policy == "lru" else 1.0, label=label,
+                    zorder=1 if policy == "lru" else 2)
         if ceilings and name in ceilings:
             ax.axhline(100 * ceilings[name], color="#999999", lw=1, ls=":", label="unbounded cache")
-        ax.set_title(name.replace("_", " "))
-        ax.set_xlabel("capacity (% of working set)")
+        ax.set_title(name.replace("_", " "), fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("prompt tokens hit (%)")
-    axes[0][-1].legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    for ax in flat[:n]:
+        if ax in [row[0] for row in axes]:
+            ax.set_ylabel("prompt tokens hit (%)", fontsize=9)
+        ax.set_xlabel("capacity (% of working set)", fontsize=9)
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / (2.9 * rows + 0.6), 1, 1))
     return fig
