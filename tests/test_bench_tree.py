@@ -234,29 +234,16 @@ def test_page_faults_are_counted_per_timed_call_after_the_warm_up(monkeypatch):
     assert faults == pytest.approx(1000 / 10)
 
 
-def test_retired_targets_still_read_for_notebook_11_and_the_skipped_copy():
-    """Issue 11's targets are retired from the report; their helpers stay for notebook 11's cells."""
+def test_the_skipped_copy_from_a_record_built_by_hand():
     def med(us):
         return {"median_us": us, "p90_us": us}
     rec = {"reference": {
-        "ops": {"full-hit match (key)": {"fast": med(4), "sglang": med(10)},
-                "system-prompt hit (key)": {"fast": med(2), "sglang": med(10)},
-                "system-prompt hit (list)": {"fast": med(9), "sglang": med(10)},
-                "insert (key)": {"fast": med(3), "sglang": med(20)}},
-        "floors": {bt.FLOOR_BARE_MATCH: med(3.5), bt.pack_floor("system-prompt hit"): med(5), bt.SKIPPED_COPY: med(1)}}}
-    rows = {r["op"]: r for r in bt.targets(rec)}
-    assert set(rows) == {"full-hit match (key)", "system-prompt hit (key)", "system-prompt hit (list)", "insert (key)"}
-    full = rows["full-hit match (key)"]
-    assert full["ratio"] == pytest.approx(0.4) and not full["met"] and full["floor_ratio"] == pytest.approx(0.35)
-    assert rows["insert (key)"]["met"] and rows["insert (key)"]["floor"] is None  # its floor lane is not in the record
-    sys_list = rows["system-prompt hit (list)"]
-    assert sys_list["met"] and sys_list["floor_ratio"] == pytest.approx(0.5)
-    assert sys_list["floor_with_walk"] == pytest.approx(0.5 + 0.2)
-    assert bt.target_verdicts(list(rows.values())) == [
-        "-> full-hit match (key): the floor (0.35x) is above the target itself: out of reach for a tree of this design"]
+        "ops": {"system-prompt hit (key)": {"fast": med(2), "sglang": med(10)}},
+        "floors": {bt.SKIPPED_COPY: med(1)}}}
     assert bt.skipped_copy(rec) == pytest.approx((1, 0.2, 0.3))
     del rec["reference"]["floors"][bt.SKIPPED_COPY]
     assert bt.skipped_copy(rec) is None
+    assert not hasattr(bt, "targets") and not hasattr(bt, "bytes_eq_target")  # issue 11's targets are retired
 
 
 def test_floor_lanes_each_start_at_another_request():
@@ -320,7 +307,7 @@ def test_path_memo_cost_counts_each_node_s_whole_path():
         bt.path_memo_cost(RadixCache())
 
 
-def test_ladders_and_the_bytes_eq_target_from_a_record_built_by_hand():
+def test_ladders_from_a_record_built_by_hand():
     def med(us):
         return {"median_us": us, "p90_us": us}
     rec = {"reference": {
@@ -331,13 +318,6 @@ def test_ladders_and_the_bytes_eq_target_from_a_record_built_by_hand():
     assert "2.0 µs = 0.10x SGLang" in lines[1] and "5.0 µs = 0.25x SGLang" in lines[3]
     assert "6.0 µs = 0.30x SGLang" in lines[4] and "1.0 µs = 17% of it beyond the bare walk" in lines[4]
     assert lines[5].startswith("   no copy:") and "3.0 µs = 0.15x SGLang" in lines[5] and lines[6] == ""
-    t = bt.bytes_eq_target(6.0, 2.5, 2.0, 100.0)
-    assert t["full_x"] == pytest.approx(60) and t["copy_x"] == pytest.approx(25) and t["walk_x"] == pytest.approx(20)
-    assert not t["met"] and t["copy_over"] and not t["walk_over"]  # 20x exactly is not over
-    assert bt.bytes_eq_target(1.5, 1.0, None, 100.0) == {"limit": 20.0, "full_x": pytest.approx(15), "copy_x": pytest.approx(10),
-                                                          "walk_x": None, "met": True, "copy_over": False, "walk_over": False}
-    with pytest.raises(ValueError, match="bytes_eq_ns"):
-        bt.bytes_eq_target(1, 1, 1, 0)
 
 
 def test_bench_tree_imports_and_times_without_resource(monkeypatch):

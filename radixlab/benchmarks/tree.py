@@ -11,8 +11,8 @@ while timing; medians and p90s, ratios from the same run. Sections:
    so does its experimental C++ tree (``sglang-cpp``, built once from the wheel by ``radixlab.sglang_cpp``;
    skipped, saying how to enable it, without a compiler or ninja).
    Floor lanes run in the same interleaved loops (``FLOOR_*``: the C-level work of a full hit and
-   of an insert, a bare Python walk and insert, packing a list), and ``targets`` reads each of
-   radixlab's targets against the floor under it;
+   of an insert, a bare Python walk and insert, packing a list), and ``standing`` reads the fast
+   tree against the floor under each op;
 2. growing trees (1k -> 10k nodes by default, 100k with ``--big``): per-op cost vs tree size;
 3. the compare itself vs edge length (bytes / array('q') / tuple), and what converting a token
    list costs (the floor for a tree in C++/Rust fed Python lists);
@@ -50,8 +50,8 @@ from .tree_ops import (FLOOR_BARE_INSERT, FLOOR_BARE_MATCH, FLOOR_BARE_WALK, FLO
                        FLOOR_MATCH, FLOOR_PACK, SKIPPED_COPY, _bare_insert, _bare_match, _floor_lanes,
                        _insert_c_work, _insert_floor_lanes, _match_c_work, _rotated, by_key_length,
                        evict_and_build, growth, op_table, pack_floor)
-from .tree_report import (FLOOR_OPS, LADDERS, TARGETS, bytes_eq_target, floor_ratios, format_ladders,  # noqa: F401
-                          format_record, format_targets, ratio_rows, skipped_copy, target_verdicts, targets)
+from .tree_report import (FLOOR_OPS, LADDERS, floor_ratios, format_ladders, format_record,  # noqa: F401
+                          ratio_rows, skipped_copy)
 from .tree_native import BINDING, CONTROL, gil_probe, gil_probes, input_forms, native_section, thread_scaling  # noqa: F401
 from .tree_report import STANDING, format_native, format_standing, packing_us, standing  # noqa: F401
 from .tree_timing import (CPP, HUGE, IN_FLIGHT, Side, build, interleaved, minor_faults, radixlab_side, sglang_cpp_side,  # noqa: F401

@@ -3,9 +3,8 @@ ladders, the C++ lane, and the printed record.
 
 Reads a record made by ``tree.run`` (or one built by hand, as the tests do); measures nothing.
 Issue 11's targets (full hit and insert <= 0.3x SGLang's Python tree, a full hit <= 20x ``bytes ==``)
-are retired (issue 21: the floors show the Python tree is at them); ``targets``, ``format_targets``,
-``target_verdicts`` and ``bytes_eq_target`` stay only for notebook 11's cells until it is rewritten,
-and the report no longer prints them.
+are retired (issue 21: the floors show the Python tree is at them): the report reads the fast tree
+against its floors and SGLang's trees (``standing``), never against a target.
 """
 
 from __future__ import annotations
@@ -110,73 +109,6 @@ def floor_ratios(rec: dict, base: str = "sglang") -> dict[str, tuple[float, floa
             for label, op, f, _ in FLOOR_OPS if f in fl and base in ops.get(op, {})}
 
 
-# Retired (issue 21), kept for notebook 11's cells: the targets radixlab set for its fast tree (ratio to SGLang's Python tree, same run, lower is better),
-# and for each the same-run floor that bounds it: work no tree of its kind can skip.
-TARGETS = [("full-hit match (key)", 0.3, "full-hit match (key), bare Python"),
-           ("system-prompt hit (key)", 0.3, None),
-           ("insert (key)", 0.3, "insert (key), bare Python"),
-           ("miss (key)", 1.0, None),
-           ("build (key)", 0.5, None),
-           ("full-hit match (list)", 1.0, "full-hit match (list)"),
-           ("system-prompt hit (list)", 1.0, "system-prompt hit (list)"),
-           ("insert (list)", 1.0, "insert (list)")]
-
-
-def targets(rec: dict, side: str = "fast", base: str = "sglang") -> list[dict]:
-    """One row per target: {op, target, ratio (side / base, same run), met, floor, floor_ratio}.
-
-    ``floor_ratio`` is the same-run work alone (``floor_ratios``) as a ratio to ``base``'s whole
-    call, where one bounds the op; ``floor_with_walk`` adds, for an op fed a list, ``side``'s own
-    call on a built key (packing, then the walk that reads the bytes: the least radixlab can do).
-    """
-    ops, floors, rows = rec["reference"]["ops"], floor_ratios(rec, base), []
-    for op, target, floor in TARGETS:
-        by = ops.get(op, {})
-        if side not in by or base not in by:
-            continue
-        ratio = by[side]["median_us"] / by[base]["median_us"]
-        row = {"op": op, "target": target, "ratio": ratio, "met": ratio <= target,
-               "floor": floor if floor in floors else None, "floor_ratio": floors[floor][1] if floor in floors else None}
-        built = ops.get(op.replace("(list)", "(key)"), {})
-        if op.endswith("(list)") and row["floor"] and side in built and base in by:
-            row["floor_with_walk"] = row["floor_ratio"] + built[side]["median_us"] / by[base]["median_us"]
-        rows.append(row)
-    return rows
-
-
-def format_targets(rows: list[dict]) -> list[str]:
-    """The targets as text lines (``bench tree`` prints them; so does notebook 11)."""
-    lines = [f"{'op':26s} {'target':>7s} {'measured':>9s}   floor in the same run (work no such tree can skip)"]
-    for r in rows:
-        floor = ""
-        if r["floor"]:
-            floor = f"{r['floor_ratio']:.2f}x: {FLOOR_TEXT[r['floor']]}"
-            if "floor_with_walk" in r:
-                floor += f"; + the walk on a built key = {r['floor_with_walk']:.2f}x"
-            if r.get("floor_with_walk", r["floor_ratio"]) > r["ratio"]:
-                floor += " (above the whole call: parts timed apart do not add up)"
-        lines.append(f"{r['op']:26s} {'<=' + format(r['target'], '.1f') + 'x':>7s} {r['ratio']:8.2f}x "
-                     f"{'  met' if r['met'] else ' MISS'} {floor}")
-    return lines
-
-
-def target_verdicts(rows: list[dict]) -> list[str]:
-    """For each missed target with a floor: is the floor itself above the target (a wall for this
-    design), or how much room does it leave, against what radixlab spends beyond it?"""
-    out = []
-    for r in rows:
-        if r["met"] or r["floor_ratio"] is None:
-            continue
-        floor = r.get("floor_with_walk", r["floor_ratio"])
-        if floor >= r["target"]:
-            out.append(f"-> {r['op']}: the floor ({floor:.2f}x) is above the target itself: out of reach for a tree "
-                       "of this design")
-        else:
-            out.append(f"-> {r['op']}: floor {floor:.2f}x, target {r['target']:.2f}x: room above the floor "
-                       f"{r['target'] - floor:.2f}x; radixlab spends {r['ratio'] - floor:.2f}x above it")
-    return out
-
-
 # (op, its floor lanes from the least work up, another design's floor): notebook 11's ladders
 LADDERS = [("full-hit match (key)", ("full-hit match (key)", "full-hit match (key), C-level",
                                      "full-hit match (key), bare Python"), "full-hit match (key), no copy"),
@@ -204,19 +136,6 @@ def format_ladders(rec: dict, side: str = "fast", base: str = "sglang") -> list[
                          "  (the path memo's floor)")
         lines.append("")
     return lines
-
-
-def bytes_eq_target(full_us: float, copy_us: float, walk_us: float | None, bytes_eq_ns: float,
-                    limit: float = 20.0) -> dict:
-    """The target "a full hit within ``limit`` x one ``bytes ==`` of the request": the full hit, the
-    copy of its result and (if timed) a walk that copies nothing, each as a multiple of the compare;
-    ``met``, and whether the copy alone, or even the walk, is over the limit (a wall for the design)."""
-    if bytes_eq_ns <= 0:
-        raise ValueError(f"bytes_eq_ns must be positive, got {bytes_eq_ns}")
-    full_x, copy_x = full_us * 1e3 / bytes_eq_ns, copy_us * 1e3 / bytes_eq_ns
-    walk_x = None if walk_us is None else walk_us * 1e3 / bytes_eq_ns
-    return {"limit": limit, "full_x": full_x, "copy_x": copy_x, "walk_x": walk_x, "met": full_x <= limit,
-            "copy_over": copy_x > limit, "walk_over": walk_x is not None and walk_x > limit}
 
 
 def skipped_copy(rec: dict, base: str = "sglang") -> tuple[float, float, float] | None:
