@@ -4,10 +4,11 @@ computed against the no-cache row of the same run; every configuration gives the
 from __future__ import annotations
 
 import json
+import statistics
 import re
 
 from radixlab.__main__ import main as cli
-from radixlab.benchmarks.serve import add_ratios, percentile, serve_once, targets
+from radixlab.benchmarks.serve import add_ratios, output_length_sweep, percentile, serve_once, targets
 from radixlab.model import load_model
 from radixlab.sim.workloads import generated_shared_prefix
 
@@ -44,3 +45,26 @@ def test_serve_once_counts_hits_and_prefill():
     # one at a time: the 2nd and 3rd find the 32-token system prompt
     assert r["prefill_tokens"] == 36 + 2 * 4 and abs(r["hit_rate"] - 64 / 108) < 1e-9
     assert r["cache_ms_per_req"] > 0 and len(r["outputs"]) == 3
+
+
+def test_repeats_reach_the_output_length_sweep(tmp_path, capsys):
+    js = tmp_path / "r.json"
+    assert cli(["bench", "serve", "--quick", "--no-progress", "--repeats", "2", "--json", str(js), "--plot", ""]) == 0
+    out = capsys.readouterr().out
+    assert "median of 2 runs" in out
+    sweep = json.loads(js.read_text())["output_length_sweep"]
+    assert [r["output_len"] for r in sweep] == [1, 4]
+    for r in sweep:
+        assert r["repeats"] == 2 and len(r["throughput_ratios"]) == 2
+        assert r["throughput_ratio"] == statistics.median(r["throughput_ratios"]) and r["same_tokens"]
+
+
+def test_output_length_sweep_reports_medians():
+    model = load_model("tiny")
+    trace = generated_shared_prefix(num_groups=1, prompts_per_group=2, system_prompt_len=32, question_len=4,
+                                    output_len=1, vocab=256, ordered=True)
+    rows = output_length_sweep(model, trace, (1, 2), kv_tokens=512, max_running=2, progress=False, repeats=3)
+    assert [r["repeats"] for r in rows] == [3, 3]
+    for r in rows:
+        assert r["throughput_ratio"] == statistics.median(r["throughput_ratios"])
+        assert r["prefill_ratio"] > 1 and r["same_tokens"]

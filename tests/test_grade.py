@@ -444,7 +444,7 @@ def test_the_grader_on_each_exercise_notebook_and_its_student_edition(tmp_path):
             assert (r["status"], r["points"]) == (("not done", 0) if student else ("passed", 3)), (rep["submission"], r)
 
 
-@pytest.mark.parametrize("exercise", ["01.1", "02.1", "04.1", "06.1", "07.2", "09.1"])
+@pytest.mark.parametrize("exercise", ["01.1", "02.1", "04.1", "06.1", "07.2", "09.1", "10.1"])
 def test_grader_seeds_redraw_the_visible_cases(exercise):
     """A table of the check cell's visible answers keeps no main-path points: every grader seed renames
     the visible cases' tokens (seed 0, the check cell's, stays as the notebook shows it)."""

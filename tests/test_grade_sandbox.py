@@ -211,10 +211,10 @@ OTHER_FORGERIES = {
     "08.1 the instructor's answer": ("08.1", "from radixlab.course import answers_overlap\n"
         "def run_batch(device, batch, in_flight):\n    return answers_overlap.reference_run_batch(device, batch, in_flight)\n"),
     "09.1 the engine's LPM sort": ("09.1", "from radixlab.engine import schedule_policy as policies\n"
-        "from types import SimpleNamespace as R\n"
-        "def lpm_order(waiting, deprioritized):\n"
-        "    q = [R(rid=w[0]) for w in waiting]\n"
-        "    return [r.rid for r in policies.sort_by_longest_prefix(q, {w[0]: w[1] for w in waiting}, deprioritized)]\n"),
+        "def lpm_order(waiting, tree):\n"
+        "    q = [policies.SimRequest(w[0], tuple(w[1])) for w in waiting]\n"
+        "    prefix, _, held = policies.compute_prefix_matches(q, tree)\n"
+        "    return [r.rid for r in policies.sort_by_longest_prefix(q, prefix, held)], held\n"),
 }
 
 
@@ -371,10 +371,27 @@ HONEST = {
     "09.1 a stable sort with a key function": ("09.1", [textwrap.dedent("""
         from typing import Sequence
 
-        def lpm_order(waiting: Sequence, deprioritized: set) -> list:
+        from radixlab.mem_cache import RadixCache, RadixKey
+
+        def lpm_order(waiting: Sequence, tree) -> tuple:
+            scratch, cached, held = RadixCache(), {}, set()
+            for rid, ids in waiting:
+                k = RadixKey(list(ids))
+                cached[rid] = len(tree.match_prefix(k))
+                if cached[rid] <= 32:
+                    if len(scratch.match_prefix(k)) >= 32:
+                        held.add(rid)
+                    else:
+                        scratch.insert(k)
             def key(w):
-                return float("inf") if w[0] in deprioritized else -w[1]
-            return [w[0] for w in sorted(waiting, key=key)]
+                return float("inf") if w[0] in held else -cached[w[0]]
+            return [w[0] for w in sorted(waiting, key=key)], held
+        """)]),
+    "10.1 json of the pair": ("10.1", [textwrap.dedent("""
+        import json
+
+        def tenant_extra_key(tenant: str, client_salt) -> str:
+            return json.dumps([tenant, client_salt or ""])
         """)]),
 }
 

@@ -151,20 +151,31 @@ def compare_caches(model: Any, traces: dict[str, list[TraceRequest]], kv_tokens:
 
 
 def output_length_sweep(model: Any, trace: Sequence[TraceRequest], lengths: Sequence[int], kv_tokens: int,
-                        max_running: int, progress: bool = True) -> list[dict]:
-    """Radix (page 1, LPM) vs no cache at several output lengths: where decode takes over."""
-    rows = []
-    it = lengths
+                        max_running: int, progress: bool = True, repeats: int = 1) -> list[dict]:
+    """Radix (page 1, LPM) vs no cache at several output lengths: where decode takes over.
+
+    Each length runs its pair ``repeats`` times, round robin over the lengths (so a busy spell of the
+    machine spreads over all of them); a row's ratios are the medians of the runs, ``throughput_ratios``
+    keeps every run's (one run of a timing is noisy enough to make the curve non-monotonic)."""
+    jobs = [(i, n) for _ in range(repeats) for i, n in enumerate(lengths)]
     if progress:
         from tqdm.auto import tqdm
-        it = tqdm(lengths, desc="bench serve: output lengths", leave=False)
-    for n in it:
+        jobs = tqdm(jobs, desc="bench serve: output lengths", leave=False)
+    runs: list[list[dict]] = [[] for _ in lengths]
+    for i, n in jobs:
         need = max(len(r.prompt_ids) for r in trace) + n
         kw = dict(max_total_tokens=max(kv_tokens, need * max_running), max_running_requests=max_running)
         pair = {c: serve_once(model, trace, dict(kw, **CACHES[c]), max_new_tokens=n) for c in ("no-cache", "radix-lpm")}
         add_ratios(pair)
-        rows.append({"output_len": n, **{k: pair["radix-lpm"][k] for k in ("throughput_ratio", "prefill_ratio",
-                                                                           "ttft_ratio", "same_tokens")}})
+        runs[i].append(pair["radix-lpm"])
+    rows = []
+    for n, rs in zip(lengths, runs):
+        row = {"output_len": n, "repeats": len(rs),
+               "throughput_ratios": [r["throughput_ratio"] for r in rs],
+               "same_tokens": all(r["same_tokens"] for r in rs)}
+        for k in ("throughput_ratio", "prefill_ratio", "ttft_ratio"):
+            row[k] = statistics.median(r[k] for r in rs)
+        rows.append(row)
     return rows
 
 
@@ -209,6 +220,26 @@ def format_policy_table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def plot_sweep(ax: Any, sweep: Sequence[dict]) -> None:
+    """The output-length sweep on ``ax``: every run as a faint dot, the median of the runs as the line."""
+    xs = [r["output_len"] for r in sweep]
+    for r in sweep:
+        runs = r.get("throughput_ratios", [r["throughput_ratio"]])
+        ax.plot([r["output_len"]] * len(runs), runs, ".", color="tab:blue", alpha=0.35, ms=6)
+    n = max(len(r.get("throughput_ratios", [0])) for r in sweep)
+    ax.plot(xs, [r["throughput_ratio"] for r in sweep], "o-", color="tab:blue",
+            label=f"median of {n} runs" if n > 1 else "one run")
+    if n > 1:
+        ax.plot([], [], ".", color="tab:blue", alpha=0.35, label="each run")
+    ax.axhline(1, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("output tokens per request")
+    ax.set_ylabel("throughput radix (lpm) / no cache")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+
+
 def plot(record: dict, path: str | None = None):
     """Left: prefill and mean-TTFT ratios vs no cache, per workload and cache. Right: throughput
     ratio radix/no-cache against output length. Returns the figure (saved to ``path`` if given)."""
@@ -231,11 +262,7 @@ def plot(record: dict, path: str | None = None):
     ax.set_title("Prefix caching, same KV capacity")
     ax.set_ylim(0, 1.45 * max(r["prefill_ratio"] for rows in results.values() for r in rows.values()))
     ax.legend(fontsize=7, ncol=2, loc="upper center")
-    bx.plot([r["output_len"] for r in sweep], [r["throughput_ratio"] for r in sweep], "o-")
-    bx.axhline(1, color="gray", lw=0.8)
-    bx.set_xscale("log", base=2)
-    bx.set_xlabel("output tokens per request")
-    bx.set_ylabel("throughput radix (lpm) / no cache")
+    plot_sweep(bx, sweep)
     bx.set_title("shared system prompt: decode dilutes the gain")
     fig.tight_layout()
     if path:
@@ -259,7 +286,8 @@ def run(model_name: str = "tiny", full: bool = False, kv_tokens: int = 8192, max
     lengths = (1, 4, 16, 64, 256) if full else (1, 4) if quick else (1, 4, 16, 64)
     sweep_trace = generated_shared_prefix(num_groups=2, prompts_per_group=round(8 * scale), system_prompt_len=512,
                                           question_len=24, output_len=1, vocab=vocab, seed=seed)
-    record["output_length_sweep"] = output_length_sweep(model, sweep_trace, lengths, kv_tokens, max_running, progress)
+    record["output_length_sweep"] = output_length_sweep(model, sweep_trace, lengths, kv_tokens, max_running, progress,
+                                                        repeats)
     ptrace = policy_trace(vocab, scale, seed)
     pool = 4 * (192 + 16 + 4) + 192  # room for the running requests and one more system prompt
     record["policies"] = compare_policies(model, ptrace, pool, 4, progress=progress)
@@ -283,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="twice the requests, longer output sweep")
     parser.add_argument("--kv-tokens", type=int, default=8192, help="KV pool size for every cache (default 8192)")
     parser.add_argument("--max-running", type=int, default=8, help="max_running_requests (default 8)")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration; the fastest is kept")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration (the fastest of the cache table's is kept) and of each point of the "
+                             "output-length sweep (its median is reported)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: the tiny model's ops are too small to gain from more, "
                              "and on a busy machine extra threads only wait for each other; 0 = torch's choice)")
@@ -305,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_cache_table(record["caches"]))
     same = all(r["same_tokens"] for rows in record["caches"].values() for r in rows.values())
     print(f"same tokens from every cache: {'yes' if same else 'NO'}")
-    print("\nthroughput radix-lpm / no-cache by output length (shared system prompt):")
+    print(f"\nthroughput radix-lpm / no-cache by output length (shared system prompt, median of {args.repeats} "
+          f"run{'s' if args.repeats > 1 else ''}):")
     print("  " + "  ".join(f"{r['output_len']}: {r['throughput_ratio']:.2f}×" for r in record["output_length_sweep"]))
     s = record["policy_setup"]
     print(f"\npolicies (radix-p1, {s['requests']} requests, KV pool {s['kv_tokens']}, "

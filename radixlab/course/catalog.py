@@ -52,11 +52,12 @@ COURSE = [
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
            "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
            "the engine lesson's Q3", "engine lesson"),
-    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 25,
-           "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order, "
-           "bench serve", "engine lesson"),
-    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 15,
-           "TTFT attack, guess accuracy and ROC AUC, per-tenant extra_key salts, trusted-layer salts", "engine lesson"),
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 30,
+           "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
+           "the in-batch check, bench serve (output length as medians)", "engine lesson"),
+    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 25,
+           "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
+           "exercise: the salt a trusted layer sets", "engine lesson"),
     Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 28,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
            "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
