@@ -84,7 +84,33 @@ def test_evicting_a_locked_parent_fails_and_says_so():
     assert "a live request holds it" in repr(result)
 
 
-@pytest.mark.parametrize("wrong", [pushes_internal_parent, does_not_free_slots, evicts_everything])
+def appends_the_parent(cache, heap, num_tokens):  # found by an attack review: list.append, not heappush
+    import heapq
+    evicted = 0
+    while evicted < num_tokens and heap:
+        _, node = heapq.heappop(heap)
+        cache.token_to_kv_pool_allocator.free(node.value)
+        evicted += len(node.value)
+        parent = node.parent
+        cache._delete_leaf(node)
+        if parent is not cache.root_node and not parent.children and parent.lock_ref == 0:
+            heap.append((cache._priority_fn(parent), parent))
+    return evicted
+
+
+def test_the_first_heap_is_laid_out_the_same_in_every_process():
+    """The leaves are a set: its order decided the heap's layout, and so the score of an answer that
+    pops heap[0] with list.pop(0), which differed between the check cell and the grader."""
+    import subprocess
+    import sys
+    code = ("from radixlab.course.ex_evict import SCENARIOS, initial_heap\n"
+            "cache = SCENARIOS['bushy']()\nprint([n.id for _, n in initial_heap(cache)])")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**__import__('os').environ,
+                           "PYTHONHASHSEED": str(seed)}).stdout for seed in range(4)}
+    assert len(runs) == 1 and runs != {""}, runs
+
+
+@pytest.mark.parametrize("wrong", [pushes_internal_parent, does_not_free_slots, evicts_everything, appends_the_parent])
 def test_other_wrong_answers_fail(wrong):
     result = check_evict_loop(wrong)
     assert not result.passed and not result.not_done and result.score < result.max_score

@@ -41,6 +41,10 @@ WRONG = {
     "a random key per request": (lambda t, s: f"{t}|{s}|{next(_counter)}", "different keys"),
     "a tuple, not a string": (lambda t, s: (t, s or ""), "return a string"),
     "None printed into the key": (lambda t, s: json.dumps([t, s]), "no salt and an empty salt"),
+    # found by an attack review: separators a name "never" contains, escaping one character, case folding
+    "a NUL separator": (lambda t, s: t + "\x00" + (s or ""), "can be forged"),
+    "a newline separator": (lambda t, s: t + "\n" + (s or ""), "can be forged"),
+    "tenant names folded to lower case": (lambda t, s: f"{len(t)}:{t.lower()}|{s or ''}", "two tenants share"),
 }
 
 

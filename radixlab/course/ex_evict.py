@@ -29,8 +29,14 @@ EvictLoop = Callable[[RadixCache, list, int], int]
 
 
 def initial_heap(cache: RadixCache) -> list[tuple]:
-    """Every unlocked leaf with its policy key, heapified (the part of ``evict`` given to students)."""
-    return cache._evictable_heap()
+    """Every unlocked leaf with its policy key, heapified (the part of ``evict`` given to students).
+
+    Built from the leaves in id order, so the heap's layout is the same in every process (the
+    leaves are a set; its order changed between the check cell and the grader, and with it the
+    score of an answer that pops the list's first entry instead of the heap's least)."""
+    heap = [(cache._priority_fn(n), n) for n in sorted(cache.evictable_leaves_, key=lambda n: n.id)]
+    heapq.heapify(heap)
+    return heap
 
 
 def reference_evict_loop(*args: Any) -> Any:
@@ -267,6 +273,8 @@ def cases(seed: int = 0) -> list[GradedCase]:
         GradedCase("a locked parent is never evicted", c("locked_parent", 100, **off), weight=2),
         GradedCase("a parent that still has children is not a leaf yet", c("three_requests", 5, **off), "boundary"),
         GradedCase("stops as soon as enough is freed", c("three_requests", 1, **off), "boundary"),
+        GradedCase("a pushed parent goes before an older-keyed leaf only by the heap's order",
+                   c("three_requests", 8, **off), "boundary"),
         GradedCase("evict(0) frees nothing", c("chain", 0, **off), "boundary"),
         GradedCase("asks for more than is evictable: stops when the heap is empty",
                    c("bushy", 1000, first=first), "boundary"),

@@ -88,7 +88,9 @@ def cases(seed: int = 0) -> list[GradedCase]:
              + [[b, s] for s in forgeries] + [[a, "x"], [a, "ab"]])
     sep = [["ab", "c"], ["a", "bc"], ["a|b", "c"], ["a", "b|c"], ["a:b", "c"], ["a", "b:c"], ["a/b", "c"], ["a", "b/c"],
            ["a,b", "c"], ["a", "b,c"], ["a b", "c"], ["a", "b c"], ["a-b", "c"], ["a", "b-c"], ["a_b", "c"],
-           ["a", "b_c"], ["1:a", "1:b"], ["1", "a|1:b"], ["a", "|"], ["a|", ""], ["a", None], ["", "a"], ["a", ""]]
+           ["a", "b_c"], ["1:a", "1:b"], ["1", "a|1:b"], ["a", "|"], ["a|", ""], ["a", None], ["", "a"], ["a", ""],
+           ["a\x00b", "c"], ["a", "b\x00c"], ["a\x1fb", "c"], ["a", "b\x1fc"], ["a\nb", "c"], ["a", "b\nc"],
+           ["a\\", "|b"], ["a|\\", "b"], ["A", "c"], ["a", "c"]]
     rand = [[_name(rng), rng.choice([None, "", _name(rng)])] for _ in range(120)]
     return [
         GradedCase("two tenants, no salt: two namespaces; one tenant twice: one", {"pairs": [[a, None], [b, None],

@@ -245,6 +245,7 @@ SPEC = ExerciseSpec(
                "compute_prefix_matches", "POLICIES", "OrderingPolicy", "LpmPolicy", "calc_priority",
                "radixlab.engine.policies.*", "radixlab.engine.schedule_policy.*"),
     strip=("radixlab.engine.schedule_policy:sort_by_longest_prefix", "radixlab.engine.schedule_policy:order_queue",
+           "radixlab.engine.schedule_policy:compute_prefix_matches",
            "radixlab.sim.schedule_sim:serve_with_policy", "radixlab.sim.schedule_sim:compare_orders",
            "radixlab.sim.schedule_sim:service_frames"),  # absent in the executor
     answer_imports=("radixlab.mem_cache",))
