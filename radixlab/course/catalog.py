@@ -22,11 +22,11 @@ COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
            "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
            "a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 35,
+    Lesson("01_radix_tree", "The radix tree", 40,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, the same requests "
            "in SGLang's RadixCache; Going further: the tree lesson's walkthrough, optional exercise: the match in "
            "SGLang's semantics", "tree lesson"),
-    Lesson("02_cow_split", "Copy-on-write split and ref counts", 32,
+    Lesson("02_cow_split", "Copy-on-write split and ref counts", 38,
            "_split as a CoW fork, ref=2 on the shared node, exercise: the teaching tree's split, SGLang's direction, "
            "the wrong-order bug (Q3), ref vs lock_ref; Going further: why clone, optional exercise: SGLang's "
            "_split_node", "tree lesson"),
@@ -34,7 +34,7 @@ COURSE = [
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, structure, granularity; Going further: vLLM's and SGLang's hash internals",
            "both"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 30,
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: EAGLE bigrams", "engine lesson"),
     Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
