@@ -248,7 +248,7 @@ def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]
     """The seed's "hash or radix?" table, re-derived from this run's counts (notebook 03).
 
     ``rows`` come from ``run`` (the longest prefix is quoted); ``hit_rows[stem]`` from
-    ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 100. Only deterministic counts
+    ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 96 (six whole blocks of 16). Only deterministic counts
     appear here; the times that decide the first row are in ``format_times``.
     """
     r = rows[-1]
@@ -265,7 +265,7 @@ def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]
          f"{k}: {r.probe_down_hashes} hashes per lookup (probe-down), {r.forward_hashes} (forward)",
          "neither: keep the hashes"),
         ("few fixed prompts, block-aligned",
-         f"stem 100: {hit_rows[100]['hash']} vs {hit_rows[100]['radix']} hit tokens", "hash is enough"),
+         f"stem 96: {hit_rows[96]['hash']} vs {hit_rows[96]['radix']} hit tokens", "hash is enough"),
         ("prompts branching mid-block",
          f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens", "radix tree (page_size 1)"),
         ("who shares what: split, lock, evict",
