@@ -128,3 +128,11 @@ def test_hit_rate_plot_is_a_grid_with_one_legend_outside_the_panels():
         assert width / 4 >= 3 and height / 2 >= 2.5  # panels of a readable size
     finally:
         plt.close(fig)
+
+
+def test_drawing_without_the_heap_hides_which_leaf_goes_first():
+    cache = cache_with([1, 2, 3, 4], [1, 2, 7, 8])
+    shown, hidden = draw_eviction_state(cache), draw_eviction_state(cache, show_heap=False)
+    assert "[heap #1]" in shown.text and "evictable-leaf heap" in shown.text and "heap [shape=note" in shown.dot_source
+    assert "[heap #" not in hidden.text and "evictable-leaf heap" not in hidden.text
+    assert hidden.text.count("[unlocked leaf]") == 2 and "heap [shape=note" not in hidden.dot_source

@@ -41,11 +41,11 @@ COURSE = [
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 30,
+    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 40,
            "evict and the parent push, exercise: the eviction loop from evict's contract, heap vs LRU list, "
            "the tree lesson's Q2, LRU/LFU/FIFO vs Belady on seven workloads; Going further: where SGLang keeps lists",
            "both"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 30,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 45,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
            "page size, exercises: the gather and the write side; Going further: KV bytes per token", "engine lesson"),
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 30,

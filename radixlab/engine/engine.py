@@ -67,7 +67,7 @@ class Engine:
         self.model = model
         cfg = model.config
         self.context_len = min(cfg.max_position_embeddings, self.max_total_tokens)
-        # 2. The pools (SGLang: ModelRunner.init_memory_pool) and the cache.
+        # 2. The pools (SGLang: Scheduler.init_memory_pools → ModelRunner.alloc_memory_pool) and the cache.
         allocator_cls = _PartialPageAllocator if args.unsafe_share_partial_pages else TokenToKVPoolAllocator
         self.token_to_kv_pool_allocator = allocator_cls(self.max_total_tokens, self.page_size, self.device)
         self.req_to_token_pool = ReqToTokenPool(self.max_running_requests, self.context_len, self.device,

@@ -43,9 +43,15 @@ def format_heap(cache: RadixCache, labels: Labels = None, max_tokens: int = 8) -
     return "\n".join(rows)
 
 def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), caption: str = "",
-                        labels: Labels = None, max_tokens: int = 8, extra: str = "") -> TreeDrawing:
-    """The tree with locks, heap ranks and just-evicted nodes; the heap listed beside it."""
-    rank = {id(n): i for i, n in enumerate(heap_order(cache), 1)}
+                        labels: Labels = None, max_tokens: int = 8, extra: str = "",
+                        show_heap: bool = True) -> TreeDrawing:
+    """The tree with locks, heap ranks and just-evicted nodes; the heap listed beside it.
+
+    ``show_heap=False`` marks the unlocked leaves without their heap ranks and leaves the heap
+    out, for a picture whose question is "which leaf goes first?".
+    """
+    order = heap_order(cache)
+    rank = {id(n): i for i, n in enumerate(order, 1)}
     head = (f"root  (evictable={cache.evictable_size()}, protected={cache.protected_size()}, "
             f"total={cache.total_size()})")
     text = [head]
@@ -62,7 +68,7 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
         if node.lock_ref > 0:
             mark, fill = "[locked]", "#cfe0ff"
         elif id(node) in rank:
-            mark, fill = f"[heap #{rank[id(node)]}]", "#ffd9a8"
+            mark, fill = (f"[heap #{rank[id(node)]}]" if show_heap else "[unlocked leaf]"), "#ffd9a8"
         else:
             mark, fill = "", "#f7f7f7"
         text.append("   " * (depth - 1) + "└─ " + "  ".join(x for x in (label, state, mark) if x))
@@ -78,12 +84,12 @@ def draw_eviction_state(cache: RadixCache, *, evicted: Sequence[TreeNode] = (), 
             dot.append(f'  {parent} -> x{j} [style=dashed, color="#cc3333"];')
     if evicted:
         text.append("evicted: " + ", ".join(f"#{n.id} {_units(n, labels, max_tokens)} ({len(n.key)} tok)" for n in evicted))
-    heap_text = format_heap(cache, labels, max_tokens)
-    text.append(heap_text)
-    if extra:
-        text.append(extra)
-    side = "\\l".join(_dot_escape(line) for line in ([*heap_text.splitlines()] + (extra.splitlines() if extra else []))) + "\\l"
-    dot.append(f'  heap [shape=note, fillcolor="#fffbe6", fontname="Courier", label="{side}"];')
+    heap_text = format_heap(cache, labels, max_tokens) if show_heap else ""
+    side_lines = [*heap_text.splitlines()] + (extra.splitlines() if extra else [])
+    text.extend(side_lines)
+    if side_lines:
+        side = "\\l".join(_dot_escape(line) for line in side_lines) + "\\l"
+        dot.append(f'  heap [shape=note, fillcolor="#fffbe6", fontname="Courier", label="{side}"];')
     dot.append("}")
     return TreeDrawing("\n".join(text), "\n".join(dot), caption)
 
