@@ -52,7 +52,7 @@ COURSE = [
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
            "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
            "the engine lesson's Q3", "engine lesson"),
-    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 30,
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 35,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
            "the in-batch check, bench serve (output length as medians)", "engine lesson"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 25,
