@@ -93,10 +93,9 @@ class EventLoopMixin:
         The next CPU steps overwrite what batch N's device read still needs: the staging buffer (the
         next launch) and the req-to-token rows (result processing, the next schedule). So the CPU
         waits until the device has read N's inputs; not until N has finished, so overlap survives.
-        SGLang has no reused host buffer (fresh pinned tensors per batch); its ``_apply_war_barrier``
-        makes the *schedule stream* wait on a read-done event (``schedule_stream.wait_event``), since
-        its later writes (rows, SWA tables, the unified pool) are device ops on that stream; ours are
-        host writes (shared or pinned memory), so the host waits for the same event.
+        SGLang has no reused host buffer (fresh pinned tensors per batch), and its later writes are
+        device ops, so its barrier blocks no Python thread (notebook 08's follow-up asks what waits
+        instead); ours are host writes (shared or pinned memory), so the host waits.
         ``war_barrier="full"`` waits for N's tokens instead: safe, but the overlap is gone (notebook 08).
         """
         if self.war_barrier == "full":
