@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from ..tree import common_prefix_len
 from .spec import CheckResult, ExerciseSpec, GradedCase, check_exercise
 
 EXERCISE = "09.1"
@@ -94,18 +95,11 @@ def _facts(prompts: list, waiting: list) -> dict:
 
     tree, out = _tree(prompts), {}
     for i, (rid, ids) in enumerate(waiting):
-        shared = max((_common(ids, e) for _, e in waiting[:i]), default=0)
+        shared = max((common_prefix_len(ids, e) for _, e in waiting[:i]), default=0)
         out[rid] = (len(tree.match_prefix(RadixKey(list(ids)))), shared)
     return out
 
 
-def _common(a: list, b: list) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _explain(prompts: list, waiting: list, got: set, want: set) -> str:
