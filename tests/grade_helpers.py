@@ -43,3 +43,15 @@ def assert_full_marks_and_parity(exercise: str, cells: list[str]) -> None:
     assert result.passed and result.score == 3, repr(result)
     kernel = in_kernel(exercise, cells)
     assert kernel.passed and [o.passed for o in kernel.outcomes] == [o.passed for o in result.outcomes]
+
+
+def assert_grader_score(exercise: str, source: str, score: int | None) -> None:
+    """One answer cell in the grader: ``3`` full marks, ``0`` nothing (a blank or a forgery), ``None`` a
+    wrong answer that may pass some cases (partial credit) but never all."""
+    result, run = grade_cells(exercise, [source])
+    if score == 3:
+        assert result is not None and result.passed and result.score == 3, (repr(result), run.errors)
+    elif score == 0:
+        assert result is None or result.score == 0, repr(result)
+    else:
+        assert result is not None and not result.passed and result.score < 3, repr(result)

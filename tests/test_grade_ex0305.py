@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grade_helpers import grade_cells
+from grade_helpers import assert_grader_score
 from radixlab.course import sandbox as sb
 
 boxed = pytest.mark.skipif(not sb.sandboxed(), reason=f"no bubblewrap here: {sb.sandbox_works()}")
@@ -43,11 +43,4 @@ CASES = {
 @boxed
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_grader_scores(name):
-    exercise, source, score = CASES[name]
-    result, run = grade_cells(exercise, [source])
-    if score == 3:
-        assert result is not None and result.passed and result.score == 3, (repr(result), run.errors)
-    elif score == 0:
-        assert result is None or result.score == 0, repr(result)
-    else:
-        assert result is not None and not result.passed and result.score < 3, repr(result)
+    assert_grader_score(*CASES[name])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grade_helpers import grade_cells
+from grade_helpers import assert_grader_score
 from radixlab.course import sandbox as sb
 
 boxed = pytest.mark.skipif(not sb.sandboxed(), reason=f"no bubblewrap here: {sb.sandbox_works()}")
@@ -29,24 +29,17 @@ SALT = "import json\n\ndef tenant_extra_key(tenant, client_salt):\n    return {}
 CASES = {
     "09.1 honest": ("09.1", LPM.format(check="<=", held=">=", key=KEY), 3),
     "09.1 blank": ("09.1", "def lpm_order(waiting, tree):\n    raise NotImplementedError()\n", 0),
-    "09.1 no in-batch check": ("09.1", LPM.format(check="<", held="<", key=KEY).replace("< 32:", "< 0:", 1), 0),
-    "09.1 shared > 32": ("09.1", LPM.format(check="<=", held=">", key=KEY), 0),
-    "09.1 ties by name": ("09.1", LPM.format(check="<=", held=">=", key="(w[0] in held, -cached[w[0]], w[0])"), 0),
+    "09.1 no in-batch check": ("09.1", LPM.format(check="<", held="<", key=KEY).replace("< 32:", "< 0:", 1), None),
+    "09.1 shared > 32": ("09.1", LPM.format(check="<=", held=">", key=KEY), None),
+    "09.1 ties by name": ("09.1", LPM.format(check="<=", held=">=", key="(w[0] in held, -cached[w[0]], w[0])"), None),
     "10.1 honest": ("10.1", SALT.format("json.dumps([tenant, client_salt or ''])"), 3),
     "10.1 blank": ("10.1", "def tenant_extra_key(tenant, client_salt):\n    raise NotImplementedError()\n", 0),
-    "10.1 trusts the client": ("10.1", SALT.format("client_salt or ''"), 0),
-    "10.1 concatenation": ("10.1", SALT.format("tenant + (client_salt or '')"), 0),
+    "10.1 trusts the client": ("10.1", SALT.format("client_salt or ''"), None),
+    "10.1 concatenation": ("10.1", SALT.format("tenant + (client_salt or '')"), None),
 }
 
 
 @boxed
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_grader_scores(name):
-    exercise, source, score = CASES[name]
-    result, run = grade_cells(exercise, [source])
-    if score == 3:
-        assert result is not None and result.passed and result.score == 3, (repr(result), run.errors)
-    elif "blank" in name:
-        assert result is None or result.score == 0, repr(result)
-    else:  # a wrong answer passes some cases (partial credit), never all
-        assert result is not None and not result.passed and result.score < 3, repr(result)
+    assert_grader_score(*CASES[name])
