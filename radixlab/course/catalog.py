@@ -55,9 +55,10 @@ COURSE = [
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 35,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
            "the in-batch check, bench serve (output length as medians)", "engine lesson"),
-    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 25,
+    Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 30,
            "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
-           "exercise: the salt a trusted layer sets", "engine lesson"),
+           "exercise: the salt a trusted layer sets; Going further: the published attack, what else belongs in "
+           "the namespace", "engine lesson"),
     Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 32,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
            "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
