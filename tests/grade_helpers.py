@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import nbformat
+
+from radixlab.course.edition import strip_markers
 from radixlab.course.exercises import all_specs
 from radixlab.course.extract import extract
 from radixlab.course.runner import run_exercise
@@ -55,3 +60,11 @@ def assert_grader_score(exercise: str, source: str, score: int | None) -> None:
         assert result is None or result.score == 0, repr(result)
     else:
         assert result is not None and not result.passed and result.score < 3, repr(result)
+
+
+def notebook_solution(notebook: Path, name: str, **scope):
+    """The instructor's answer ``name`` from ``notebook``'s answer cell, markers stripped, run in ``scope``."""
+    nb = nbformat.read(notebook, as_version=4)
+    src = next(c.source for c in nb.cells if c.cell_type == "code" and f"def {name}" in c.source)
+    exec(strip_markers(src), scope)
+    return scope[name]

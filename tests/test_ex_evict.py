@@ -3,14 +3,13 @@
 import heapq
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from radixlab.course.edition import strip_markers
 
 from radixlab.course.ex_evict import (check_evict_loop, chain, three_requests, forgets_parent_loop, ignores_lock_loop,
                                       initial_heap, locked_parent, loop_with_parent_rule,
                                       reference_evict_loop)
+from grade_helpers import notebook_solution as _notebook_solution
 
 
 NOTEBOOK = next(p for p in sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -41,12 +40,7 @@ def evicts_everything(cache, heap, num_tokens):
 
 
 def notebook_solution():
-    """The instructor's ``evict_loop`` from notebook 06, markers stripped."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    src = next(c.source for c in nb.cells if c.cell_type == "code" and "def evict_loop" in c.source)
-    scope = {"heapq": heapq}
-    exec(strip_markers(src), scope)
-    return scope["evict_loop"]
+    return _notebook_solution(NOTEBOOK, "evict_loop", heapq=heapq)
 
 
 def test_handing_in_radixlab_own_loop_or_calling_evict_fails():

@@ -13,11 +13,28 @@ from radixlab.course.ex_kvwrite import SPEC, build, cases, check_write_new_kv
 from radixlab.course.exercises import all_specs
 
 
-def solution(req_to_token_pool, allocator, kv_pool, batch, new_kv):
-    loc = _slots(req_to_token_pool, allocator, batch)
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
+def _slots(req_to_token_pool, allocator, batch, *, row_at=None, cached=True, record=True):
+    """Each request's new slots (alloc_extend after its cached prefix), written into its row at prefix_len.
+    The wrong answers below vary one step: where the row is written (row_at), whether the allocator is told
+    of the cached prefix and its last slot (cached), whether the row is written at all (record)."""
+    locs = []
+    for row, prefix_len, n in batch:
+        last = int(req_to_token_pool.req_to_token[row, prefix_len - 1]) if prefix_len and cached else -1
+        slots = allocator.alloc_extend(prefix_len if cached else 0, last, n)
+        if record:
+            req_to_token_pool.write(row, prefix_len if row_at is None else row_at, slots)
+        locs.append(slots)
+    return torch.cat(locs)
+
+
+def _store(kv_pool, loc, new_kv, *, layers=None, v_from_k=False):
+    for layer, (k, v) in enumerate(new_kv[:layers]):
+        kv_pool.set_kv_buffer(layer, loc, k, k if v_from_k else v)
     return loc
+
+
+def solution(req_to_token_pool, allocator, kv_pool, batch, new_kv):
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch), new_kv)
 
 
 def blank(req_to_token_pool, allocator, kv_pool, batch, new_kv):
@@ -26,41 +43,20 @@ def blank(req_to_token_pool, allocator, kv_pool, batch, new_kv):
 
 def forgets_the_row(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     """Allocates and stores the K/V, but never records the new slots in the rows."""
-    locs = []
-    for row, prefix_len, n in batch:
-        last = int(req_to_token_pool.req_to_token[row, prefix_len - 1]) if prefix_len else -1
-        locs.append(allocator.alloc_extend(prefix_len, last, n))
-    loc = torch.cat(locs)
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch, record=False), new_kv)
 
 
 def row_from_position_zero(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     """Writes each request's new slots at the start of its row, over its cached prefix."""
-    locs = []
-    for row, prefix_len, n in batch:
-        last = int(req_to_token_pool.req_to_token[row, prefix_len - 1]) if prefix_len else -1
-        slots = allocator.alloc_extend(prefix_len, last, n)
-        req_to_token_pool.write(row, 0, slots)
-        locs.append(slots)
-    loc = torch.cat(locs)
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch, row_at=0), new_kv)
 
 
 def first_layer_only(req_to_token_pool, allocator, kv_pool, batch, new_kv):
-    loc = _slots(req_to_token_pool, allocator, batch)
-    kv_pool.set_kv_buffer(0, loc, *new_kv[0])
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch), new_kv, layers=1)
 
 
 def k_as_v(req_to_token_pool, allocator, kv_pool, batch, new_kv):
-    loc = _slots(req_to_token_pool, allocator, batch)
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, k)
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch), new_kv, v_from_k=True)
 
 
 def one_alloc_for_the_batch(req_to_token_pool, allocator, kv_pool, batch, new_kv):
@@ -72,57 +68,29 @@ def one_alloc_for_the_batch(req_to_token_pool, allocator, kv_pool, batch, new_kv
     for row, prefix_len, n in batch:
         req_to_token_pool.write(row, prefix_len, loc[start:start + n])
         start += n
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
-    return loc
+    return _store(kv_pool, loc, new_kv)
 
 
 def no_last_loc(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     """alloc_extend as if nothing were cached (prefix 0, no last page)."""
-    locs = []
-    for row, prefix_len, n in batch:
-        slots = allocator.alloc_extend(0, -1, n)
-        req_to_token_pool.write(row, prefix_len, slots)
-        locs.append(slots)
-    loc = torch.cat(locs)
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch, cached=False), new_kv)
 
 
 def sorted_out_cache_loc(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     """Rows right, but out_cache_loc sorted: new K/V land in another token's slot."""
-    loc = _slots(req_to_token_pool, allocator, batch).sort().values
-    for layer, (k, v) in enumerate(new_kv):
-        kv_pool.set_kv_buffer(layer, loc, k, v)
-    return loc
+    return _store(kv_pool, _slots(req_to_token_pool, allocator, batch).sort().values, new_kv)
 
 
 def every_request_takes_the_first_rows(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     """Stores new_kv[:n] for every request: the batch's rows of new_kv are not cut request by request."""
-    locs = []
-    for row, prefix_len, n in batch:
-        last = int(req_to_token_pool.req_to_token[row, prefix_len - 1]) if prefix_len else -1
-        slots = allocator.alloc_extend(prefix_len, last, n)
-        req_to_token_pool.write(row, prefix_len, slots)
-        for layer, (k, v) in enumerate(new_kv):
-            kv_pool.set_kv_buffer(layer, slots, k[:n], v[:n])
-        locs.append(slots)
+    locs = [_slots(req_to_token_pool, allocator, [req]) for req in batch]
+    for slots, (_, _, n) in zip(locs, batch):
+        _store(kv_pool, slots, [(k[:n], v[:n]) for k, v in new_kv])
     return torch.cat(locs)
 
 
 def returns_a_list(req_to_token_pool, allocator, kv_pool, batch, new_kv):
     return solution(req_to_token_pool, allocator, kv_pool, batch, new_kv).tolist()
-
-
-def _slots(req_to_token_pool, allocator, batch):
-    locs = []
-    for row, prefix_len, n in batch:
-        last = int(req_to_token_pool.req_to_token[row, prefix_len - 1]) if prefix_len else -1
-        slots = allocator.alloc_extend(prefix_len, last, n)
-        req_to_token_pool.write(row, prefix_len, slots)
-        locs.append(slots)
-    return torch.cat(locs)
 
 
 def test_reference_passes_with_full_score():

@@ -8,22 +8,17 @@ import json
 import random
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from radixlab.course.answers_salt import reference_tenant_extra_key
-from radixlab.course.edition import strip_markers
 from radixlab.course.ex_salt import SPEC, check_tenant_extra_key
+from grade_helpers import notebook_solution as _notebook_solution
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "10_timing_side_channel.ipynb"
 
 
 def notebook_solution():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    src = next(c.source for c in nb.cells if c.cell_type == "code" and "def tenant_extra_key" in c.source)
-    scope: dict = {}
-    exec(strip_markers(src), scope)
-    return scope["tenant_extra_key"]
+    return _notebook_solution(NOTEBOOK, "tenant_extra_key")
 
 
 def blank(tenant, client_salt):

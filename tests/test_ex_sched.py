@@ -5,26 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from radixlab.course.edition import strip_markers
 from radixlab.course.answers_sched import reference_lpm_order
 from radixlab.course.ex_sched import SEED_DEPRIORITIZED, SEED_ORDER, SEED_QUEUE, SEED_TREE, SPEC, _tree, \
     check_lpm_order
 from radixlab.engine.schedule_policy import SimRequest, compute_prefix_matches, sort_by_longest_prefix
 from radixlab.mem_cache import RadixCache, RadixKey
+from grade_helpers import notebook_solution as _notebook_solution
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_scheduling_and_serving.ipynb"
 
 
 def notebook_solution():
-    """The instructor's ``lpm_order`` from notebook 09, markers stripped."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    src = next(c.source for c in nb.cells if c.cell_type == "code" and "def lpm_order" in c.source)
-    scope: dict = {}
-    exec(strip_markers(src), scope)
-    return scope["lpm_order"]
+    return _notebook_solution(NOTEBOOK, "lpm_order")
 
 
 def make(check=lambda cached: cached <= 32, held=lambda shared: shared >= 32, insert_first=False, into=None,
