@@ -3,6 +3,7 @@ answers fail, each with a message that names its mistake."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import random
@@ -27,6 +28,11 @@ def blank(tenant, client_salt):
 
 _counter = itertools.count()
 
+
+def _digest(t, s):
+    """A helper that hides the hash() call one level down."""
+    return hash((t, s or ""))
+
 WRONG = {
     "trusts the client's salt": (lambda t, s: s or "", "ignores the tenant"),
     "the salt, else the tenant": (lambda t, s: s or t, "two tenants share a namespace"),
@@ -40,6 +46,9 @@ WRONG = {
     "a NUL separator": (lambda t, s: t + "\x00" + (s or ""), "can be forged"),
     "a newline separator": (lambda t, s: t + "\n" + (s or ""), "can be forged"),
     "tenant names folded to lower case": (lambda t, s: f"{len(t)}:{t.lower()}|{s or ''}", "two tenants share"),
+    # stable within one process, another key after a restart: the hint warns against it, the check shows it
+    "str(hash(...)) of the pair": (lambda t, s: str(hash((t, s or ""))), "another Python process"),
+    "hash() in a helper": (lambda t, s: f"k{_digest(t, s)}", "PYTHONHASHSEED"),
 }
 
 
@@ -59,7 +68,8 @@ def test_notebook_solution_passes_with_full_marks():
 
 def test_other_honest_answers_pass():
     for honest in (lambda t, s: json.dumps([t, s or ""]), lambda t, s: repr((t, s or "")),
-                   lambda t, s: f"{t.encode().hex()}.{(s or '').encode().hex()}"):
+                   lambda t, s: f"{t.encode().hex()}.{(s or '').encode().hex()}",
+                   lambda t, s: hashlib.sha256(json.dumps([t, s or ""]).encode()).hexdigest()):
         assert check_tenant_extra_key(honest, record=False).passed
 
 

@@ -36,6 +36,7 @@ CASES = {
     "10.1 blank": ("10.1", "def tenant_extra_key(tenant, client_salt):\n    raise NotImplementedError()\n", 0),
     "10.1 trusts the client": ("10.1", SALT.format("client_salt or ''"), None),
     "10.1 concatenation": ("10.1", SALT.format("tenant + (client_salt or '')"), None),
+    "10.1 str(hash(...))": ("10.1", SALT.format("str(hash((tenant, client_salt or '')))"), None),
 }
 
 

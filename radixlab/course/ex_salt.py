@@ -14,6 +14,7 @@ empty, two calls agree, separators inside names, and random pairs (hidden).
 
 from __future__ import annotations
 
+import builtins
 import random
 from typing import Any, Callable
 
@@ -27,14 +28,29 @@ def _norm(pair: list) -> tuple:
     return (pair[0], pair[1] or "")
 
 
+def _as_in_another_process(fn: Callable, pairs: list) -> list:
+    """The keys as a second gateway process would compute them, as far as ``hash()`` goes: Python salts the
+    hash of every str per process (PYTHONHASHSEED), so ``hash()`` is stable within a process and differs
+    between two. Stand-in: ``hash()`` with another salt while ``fn`` runs."""
+    real = builtins.hash
+    builtins.hash = lambda obj: real((obj, "another process"))
+    try:
+        return [fn(t, s) for t, s in pairs]
+    finally:
+        builtins.hash = real
+
+
 def drive(fn: Callable, args: dict) -> Any:
-    """Every pair's key, twice (two calls, in two orders): plain data for ``compare``."""
+    """Every pair's key, twice (two calls, in two orders), and once more as another process would compute
+    it: plain data for ``compare``."""
     pairs = [tuple(p) for p in args["pairs"]]
     first = [fn(t, s) for t, s in pairs]
     again = [fn(t, s) for t, s in reversed(pairs)][::-1]
+    other = _as_in_another_process(fn, pairs)
     def plain(k: Any) -> Any:
         return k if isinstance(k, str) else {"type": type(k).__name__, "repr": repr(k)[:80]}
-    return {"keys": [plain(k) for k in first], "again": [plain(k) for k in again]}
+    return {"keys": [plain(k) for k in first], "again": [plain(k) for k in again],
+            "other_process": [plain(k) for k in other]}
 
 
 def _show(pair: tuple) -> str:
@@ -53,6 +69,12 @@ def compare(got: Any, want: Any, args: dict) -> str | None:
             return (f"two calls for {_show(p)} gave different keys ({k!r}, {k2!r}): the key must be the same every "
                     "time, or a tenant's requests never share their own prefixes (no randomness, no hash() that "
                     "changes between processes)")
+    for p, k, k2 in zip(pairs, keys, got.get("other_process", keys)):
+        if k != k2:
+            return (f"{_show(p)} gets another key in another Python process ({k!r}, then {k2!r}): hash() of a "
+                    "str is salted per process (PYTHONHASHSEED), so after a restart, or on a second gateway worker, "
+                    "tenant A lands in a new namespace and stops sharing its own prefixes. Encode the pair itself "
+                    "(or use hashlib), not hash()")
     seen: dict = {}
     for p, k in zip(pairs, keys):
         q = seen.setdefault(k, p)
