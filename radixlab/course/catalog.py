@@ -59,10 +59,10 @@ COURSE = [
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 25,
            "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
            "exercise: the salt a trusted layer sets", "engine lesson"),
-    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 32,
+    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 25,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
-           "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
-           "engine lesson"),
+           "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback; "
+           "Going further: cost vs request length, SGLang's extra tree calls, memory per token", "engine lesson"),
 ]
 
 
