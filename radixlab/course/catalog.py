@@ -52,17 +52,18 @@ COURSE = [
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
            "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
            "the engine lesson's Q3", "engine lesson"),
-    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 35,
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 30,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
-           "the in-batch check, bench serve (output length as medians)", "engine lesson"),
+           "the in-batch check, bench serve; Going further: output length as medians, policies in a small pool, "
+           "eviction vs order", "engine lesson"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 30,
            "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
            "exercise: the salt a trusted layer sets; Going further: the published attack, what else belongs in "
            "the namespace", "engine lesson"),
-    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 32,
+    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 25,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
-           "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback",
-           "engine lesson"),
+           "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback; "
+           "Going further: cost vs request length, SGLang's extra tree calls, memory per token", "engine lesson"),
 ]
 
 
