@@ -37,9 +37,10 @@ COURSE = [
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: EAGLE bigrams", "engine lesson"),
-    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 40,
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
-           "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill",
+           "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
+           "twice",
            "engine lesson"),
     Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 40,
            "evict and the parent push, exercise: the eviction loop from evict's contract, heap vs LRU list, "
