@@ -42,9 +42,10 @@ COURSE = [
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
            "twice",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 40,
-           "evict and the parent push, exercise: the eviction loop from evict's contract, heap vs LRU list, "
-           "the tree lesson's Q2, LRU/LFU/FIFO vs Belady on seven workloads; Going further: where SGLang keeps lists",
+    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 31,
+           "evict and the parent push, exercise: the eviction loop from evict's contract, the tree lesson's Q2; "
+           "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
+           "SGLang keeps lists",
            "both"),
     Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 45,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
