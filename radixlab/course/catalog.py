@@ -37,13 +37,15 @@ COURSE = [
     Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: EAGLE bigrams", "engine lesson"),
-    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 40,
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
-           "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill",
+           "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
+           "twice",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 40,
-           "evict and the parent push, exercise: the eviction loop from evict's contract, heap vs LRU list, "
-           "the tree lesson's Q2, LRU/LFU/FIFO vs Belady on seven workloads; Going further: where SGLang keeps lists",
+    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 31,
+           "evict and the parent push, exercise: the eviction loop from evict's contract, the tree lesson's Q2; "
+           "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
+           "SGLang keeps lists",
            "both"),
     Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 45,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
