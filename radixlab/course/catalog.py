@@ -42,7 +42,7 @@ COURSE = [
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
            "twice",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap, its policies, and how good LRU is", 31,
+    Lesson("06_eviction", "Eviction: the heap and its policies", 31,
            "evict and the parent push, exercise: the eviction loop from evict's contract, the tree lesson's Q2; "
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",
