@@ -35,9 +35,10 @@ COURSE = [
            "probe, granularity, when to use which; Going further: probe-down's worst case, the flat table vs the "
            "tree's branches, vLLM's and SGLang's hash internals",
            "both"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 40,
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 37,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
-           "PagedAttention (Q1); Going further: EAGLE bigrams", "engine lesson"),
+           "PagedAttention (Q1); Going further: page sizes compared, the scan against RadixCache, EAGLE bigrams",
+           "engine lesson"),
     Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 40,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill",
