@@ -45,9 +45,10 @@ COURSE = [
            "evict and the parent push, exercise: the eviction loop from evict's contract, heap vs LRU list, "
            "the tree lesson's Q2, LRU/LFU/FIFO vs Belady on seven workloads; Going further: where SGLang keeps lists",
            "both"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 45,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 30,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
-           "page size, exercises: the gather and the write side; Going further: KV bytes per token", "engine lesson"),
+           "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
+           "engine lesson"),
     Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 35,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
            "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
