@@ -49,10 +49,10 @@ COURSE = [
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
            "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
            "engine lesson"),
-    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 35,
-           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
-           "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
-           "the engine lesson's Q3", "engine lesson"),
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 33,
+           "event_loop_normal vs event_loop_overlap on timelines, future token ids, exercise: place the barrier, "
+           "no barrier / full wait / read barrier on one device, the engine lesson's Q3; Going further: thread vs "
+           "process (the GIL inside the device step), SGLang's barrier, when overlap does not help", "engine lesson"),
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 35,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
            "the in-batch check, bench serve (output length as medians)", "engine lesson"),
