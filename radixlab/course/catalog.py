@@ -49,13 +49,14 @@ COURSE = [
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",
            "both"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 45,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 30,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
-           "page size, exercises: the gather and the write side; Going further: KV bytes per token", "engine lesson"),
-    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 35,
-           "event_loop_normal vs event_loop_overlap on timelines, future token ids, thread vs process (the GIL inside "
-           "the device step), exercise: place the barrier, no barrier / full wait / read barrier on one device, "
-           "the engine lesson's Q3", "engine lesson"),
+           "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
+           "engine lesson"),
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 33,
+           "event_loop_normal vs event_loop_overlap on timelines, future token ids, exercise: place the barrier, "
+           "no barrier / full wait / read barrier on one device, the engine lesson's Q3; Going further: thread vs "
+           "process (the GIL inside the device step), SGLang's barrier, when overlap does not help", "engine lesson"),
     Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 30,
            "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
            "the in-batch check, bench serve; Going further: output length as medians, policies in a small pool, "

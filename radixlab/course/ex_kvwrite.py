@@ -1,4 +1,4 @@
-"""Exercise 07.2 (notebook 07_kv_memory_pool): the write side of the index chain.
+"""Exercise 07.2, optional (notebook 07_kv_memory_pool, "Going further"): the write side of the index chain.
 
 The student writes ``write_new_kv(req_to_token_pool, allocator, kv_pool, batch, new_kv) -> out_cache_loc``:
 for an EXTEND batch (``batch`` lists ``(req_pool_idx, prefix_len, extend_len)`` per request) it takes
@@ -171,7 +171,7 @@ def cases(seed: int = 0) -> list[GradedCase]:
 
 
 SPEC = ExerciseSpec(
-    id="07.2", title="the write side", function="write_new_kv", check="check_write_new_kv",
+    id="07.2", optional=True, title="the write side", function="write_new_kv", check="check_write_new_kv",
     reference=_reference, drive=drive, cases=cases, compare=compare,
     forbidden=("reference_write_new_kv",),
     # the engine's own allocate-and-record step (half of the answer); absent in the grader's executor
