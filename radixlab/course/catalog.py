@@ -65,7 +65,7 @@ COURSE = [
            "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
            "exercise: the salt a trusted layer sets; Going further: the published attack, what else belongs in "
            "the namespace", "engine lesson"),
-    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 25,
+    Lesson("11_performance_boundaries", "Performance boundaries: what a radix tree costs, in Python and in C++", 30,
            "radixlab's trees vs SGLang's Python and C++ trees, cost vs path and tree size, packed bytes, the "
            "Python/native boundary, the GIL measured, the tree's share of the scheduler, LPM's 128 fallback; "
            "Going further: cost vs request length, SGLang's extra tree calls, memory per token", "engine lesson"),
