@@ -44,7 +44,7 @@ COURSE = [
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
            "twice, the engine lesson's lock picture",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap and its policies", 31,
+    Lesson("06_eviction", "Eviction: the heap and its policies", 37,
            "evict and the parent push, exercise: the eviction loop from evict's contract, the tree lesson's Q2; "
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",
