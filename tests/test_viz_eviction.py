@@ -102,7 +102,7 @@ def test_lifecycle_frames_decode_real_tokens_and_cache_those_with_kv():
     assert len(frames) == 8 and frames[5].caption.startswith("5. decode, 2 step(s)")
     assert req.output_ids == [7, 8, 6]
     assert cache.match_prefix([1, 2, 3, 9, 9, 7, 8, 6]).device_indices.numel() == 7  # 6 was never fed back
-    assert "insert adds 4 tokens" in frames[6].caption
+    assert "the 7 tokens with K/V" in frames[6].caption and "4 of them new" in frames[6].caption
     assert cache.protected_size() == 0 and alloc.available_size() == 32 - 9
 
 

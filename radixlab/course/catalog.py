@@ -39,12 +39,12 @@ COURSE = [
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: page sizes compared, the scan against RadixCache, EAGLE bigrams",
            "engine lesson"),
-    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 30,
+    Lesson("05_request_lifecycle_and_locks", "The request lifecycle and lock references", 37,
            "who owns each KV slot, match → lock → alloc → decode → insert → unlock, the last prompt token, exercise: "
            "the hand-over of cache_finished_req, lock_ref vs ref; Going further: chunked prefill, why SGLang inserts "
-           "twice",
+           "twice, the engine lesson's lock picture",
            "engine lesson"),
-    Lesson("06_eviction", "Eviction: the heap and its policies", 31,
+    Lesson("06_eviction", "Eviction: the heap and its policies", 37,
            "evict and the parent push, exercise: the eviction loop from evict's contract, the tree lesson's Q2; "
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",

@@ -170,9 +170,11 @@ def lifecycle_frames(cache: RadixCache, req: Any, labels: Labels = None, max_tok
              f"and samples the next; the last one, {word(decode[-1])!r}, has no K/V when the request stops")
     n = 5 + bool(decode)
     before = cache.total_size()
+    key_len = req.seq_len // cache.page_size * cache.page_size  # the tokens with K/V, whole pages
     release(req, cache, on_cached=lambda: snap(
-        f"{n}. cache_finished_req: insert adds {cache.total_size() - before} tokens (origin_input_ids + output_ids "
-        "with K/V), duplicates and tail freed, dec_lock_ref: the path is evictable again"))
+        f"{n}. cache_finished_req: insert (origin_input_ids + output_ids)[:seq_len], the {key_len} tokens with K/V, "
+        f"{cache.total_size() - before} of them new to the tree; duplicates and tail freed, "
+        "dec_lock_ref: the path is evictable again"))
     snap(f"{n + 1}. the row goes back to req_to_token_pool: nothing of the request is left but the cache's copy")
     return frames
 
