@@ -18,6 +18,7 @@ import pytest
 from radixlab.course import nbgrader_meta
 from radixlab.course.edition import has_solution_markers, is_solution_cell, strip_markers, student_notebook
 from radixlab.course.ex_tree import SPEC as SPLIT, check_split
+from radixlab.course.exercises import all_specs
 from radixlab.course.rubric import RUBRIC, auto_points
 from radixlab.course.spec import CheckResult, check_exercise
 from radixlab.tree import RadixNode, RadixTree
@@ -50,7 +51,10 @@ def test_every_answer_check_and_written_answer_carries_nbgrader_metadata(path):
         if cell.cell_type == "code" and has_solution_markers(cell.source):
             assert meta and meta["solution"] and not meta["grade"], cell.source[:80]
         elif is_solution_cell(cell):
-            assert meta and meta["solution"] and meta["grade"] and meta["points"] > 0, cell.source[:80]
+            assert meta and meta["solution"] and meta["grade"], cell.source[:80]
+            optional = meta["grade_id"].endswith("_mapping") and all_specs()[
+                meta["grade_id"][2:].rsplit("_", 1)[0].replace("_", ".")].optional
+            assert meta["points"] == 0 if optional else meta["points"] > 0, (meta, cell.source[:80])
         elif cell.cell_type == "code" and nbgrader_meta._exercise_of_check(cell.source):
             assert meta and meta["grade"] and meta["locked"] and not meta["solution"]
             assert meta["points"] == auto_points(RUBRIC) == 3

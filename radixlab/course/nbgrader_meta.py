@@ -7,7 +7,8 @@
   rubric's automatic points (main + boundary; ``rubric.py``, or the notebook's override). Under
   nbgrader the check returns its score, which nbgrader takes as partial credit (``spec.py``);
 * a reference answer (a markdown cell tagged ``solution``): a manually graded answer worth a written
-  question's points, or the exercise's mapping point for a follow-up worth 0 in ``radixlab grade``.
+  question's points, or the exercise's mapping point for a follow-up worth 0 in ``radixlab grade`` (0 points for
+  an optional exercise's follow-up: it counts in no total there either).
 
 Only metadata changes (no source, no output), so the notebooks need no re-execution. ``--check``
 exits 1 when a notebook's metadata is stale. ``configure(c)`` is the nbgrader_config.py half: a
@@ -25,7 +26,7 @@ from typing import Any
 import nbformat
 
 from .edition import ANSWER_PLACEHOLDER, SOLUTION_TAG, has_solution_markers, is_solution_cell
-from .exercises import by_check
+from .exercises import all_specs, by_check
 from .rubric import RUBRIC, auto_points
 
 SCHEMA_VERSION = 3  # nbgrader 0.9's cell metadata schema
@@ -85,8 +86,10 @@ def cell_metadata(nb: nbformat.NotebookNode) -> list[dict | None]:
             points = cell.metadata.get("radixlab", {}).get("points")
             ex = re.search(r"exercise (\d\d\.\d+)", prompt)
             label = re.search(r"\bQ(\d+)\b", prompt)
+            optional = bool(ex) and getattr(all_specs().get(ex.group(1)), "optional", False)
             if points == 0 and ex:
-                name, points = f"{_slug(ex.group(1))}_mapping", rubric["mapping"]
+                # an optional exercise counts in no total: its follow-up is marked, for 0 points (as in `grade`)
+                name, points = f"{_slug(ex.group(1))}_mapping", 0.0 if optional else rubric["mapping"]
             else:
                 name = (f"q{label.group(1)}" if label else f"{_slug(ex.group(1))}_followup" if ex
                         else f"written_{cell.get('id', i)}")
