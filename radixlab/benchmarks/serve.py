@@ -117,7 +117,8 @@ def serve_once(model: Any, trace: Sequence[TraceRequest], engine_kwargs: dict, m
             "prompt_tokens": prompt_tokens, "ttft_mean": statistics.fmean(ttft), "ttft_p99": percentile(ttft, 99),
             "ttft_max": max(ttft),
             "throughput": out_tokens / wall, "wall_s": wall, "cache_ms_per_req": 1e3 * cache_s[0] / len(trace),
-            "evicted_tokens": engine.stats.evicted_tokens, "outputs": [o["output_ids"] for o in out]}
+            "evicted_tokens": engine.stats.evicted_tokens, "extend_batches": engine.stats.extend_batches,
+            "held_back": engine.stats.held_back, "outputs": [o["output_ids"] for o in out]}
 
 
 def add_ratios(rows: dict[str, dict], baseline: str = "no-cache") -> None:

@@ -57,10 +57,11 @@ COURSE = [
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, exercise: place the barrier, "
            "no barrier / full wait / read barrier on one device, the engine lesson's Q3; Going further: thread vs "
            "process (the GIL inside the device step), SGLang's barrier, when overlap does not help", "engine lesson"),
-    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 30,
-           "fcfs vs lpm vs dfs-weight, DFS optimality, LPM fallback, in-batch check, exercise: the LPM order with "
-           "the in-batch check, bench serve; Going further: output length as medians, policies in a small pool, "
-           "eviction vs order", "engine lesson"),
+    Lesson("09_scheduling_and_serving", "Cache-aware scheduling and serving", 37,
+           "fcfs vs lpm vs dfs-weight, DFS optimality (checked on 20 queues), LPM fallback, in-batch check, "
+           "exercise: the LPM order with the in-batch check, bench serve (prefill batches, held back, the table's "
+           "columns defined); Going further: every step on a slider, online LPM on a bigger queue, the cost of "
+           "LPM's matching, output length as medians, policies in a small pool, eviction vs order", "engine lesson"),
     Lesson("10_timing_side_channel", "The prefix cache as a timing side channel", 30,
            "TTFT attack, guess accuracy and ROC AUC, cached_tokens as an oracle, per-tenant extra_key salts, "
            "exercise: the salt a trusted layer sets; Going further: the published attack, what else belongs in "
