@@ -49,7 +49,7 @@ COURSE = [
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",
            "both"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 30,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 40,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
            "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
            "engine lesson"),
