@@ -53,7 +53,7 @@ COURSE = [
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
            "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
            "engine lesson"),
-    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 33,
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 44,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, exercise: place the barrier, "
            "no barrier / full wait / read barrier on one device, the engine lesson's Q3; Going further: thread vs "
            "process (the GIL inside the device step), SGLang's barrier, when overlap does not help", "engine lesson"),
