@@ -49,11 +49,11 @@ COURSE = [
            "Going further: LRU/LFU/FIFO vs Belady on seven workloads, heap vs LRU list counted and timed, where "
            "SGLang keeps lists",
            "both"),
-    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 30,
+    Lesson("07_kv_memory_pool", "The KV memory pool: real K/V, a real model, a small serving engine", 40,
            "node → row → slot → K/V row and its write side, SmolLM2 with and without the cache, adapters, half pages, "
            "page size, exercise: the gather; Going further: optional exercise: the write side, KV bytes per token",
            "engine lesson"),
-    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 33,
+    Lesson("08_overlap_scheduling", "Overlap scheduling and the write-after-read barrier", 44,
            "event_loop_normal vs event_loop_overlap on timelines, future token ids, exercise: place the barrier, "
            "no barrier / full wait / read barrier on one device, the engine lesson's Q3; Going further: thread vs "
            "process (the GIL inside the device step), SGLang's barrier, when overlap does not help", "engine lesson"),
