@@ -22,9 +22,9 @@ COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
            "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
            "a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 35,
+    Lesson("01_radix_tree", "The radix tree", 37,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, the same requests "
-           "in SGLang's RadixCache; Going further: the replay on a slider, the tree lesson's walkthrough, optional "
+           "in SGLang's RadixCache; Going further: insert's listing, the replay on a slider, the tree lesson's walkthrough, optional "
            "exercise: the match in SGLang's semantics", "tree lesson"),
     Lesson("02_cow_split", "Copy-on-write split and ref counts", 35,
            "_split as a CoW fork, ref=2 on the shared node, exercise: the teaching tree's split, SGLang's direction, "
