@@ -64,7 +64,9 @@ def test_replay_marks_the_split_node_for_both_trees():
     assert steps[3].result == "hit_len=3"
     cache = RadixCache()
     steps = replay(cache, [("insert", [1, 2, 3]), ("insert", RadixKey([1, 2, 4])), ("split", 2, 1), ("match", [1, 2])])
-    assert "#2 [1, 2]  slots=[1, 2]  lock_ref=0  t=2  [created by split]" in steps[2].drawing.text
+    assert "#2 [1, 2]  slots=[1, 2]  lock_ref=0  t=2  [path]  [created by split]" in steps[2].drawing.text
+    assert "#3 [4]  slots=[4]  lock_ref=0  t=2  [path]" in steps[2].drawing.text  # an insert marks its path, as for RadixTree
+    assert "[path]" not in steps[2].drawing.text.split("#3")[0].split("#2")[0]
     assert "#4" not in steps[2].drawing.text
     assert "#4 [1]  slots=[1]  lock_ref=0  t=2  [created by split]" in steps[3].drawing.text
     assert steps[4].result == "2 tokens cached"

@@ -22,14 +22,14 @@ COURSE = [
     Lesson("00_welcome", "Welcome: how the course works, and why prefix caching matters", 20,
            "prefill cost vs prompt length (predict, then measure); a shared system prompt served with and without "
            "a cache", "both"),
-    Lesson("01_radix_tree", "The radix tree", 35,
+    Lesson("01_radix_tree", "The radix tree", 37,
            "trie vs radix tree (Q1), insert and match_prefix step by step, exercise: match_prefix, the same requests "
-           "in SGLang's RadixCache; Going further: the replay on a slider, the tree lesson's walkthrough, optional "
+           "in SGLang's RadixCache; Going further: insert's listing, the replay on a slider, the tree lesson's walkthrough, optional "
            "exercise: the match in SGLang's semantics", "tree lesson"),
-    Lesson("02_cow_split", "Copy-on-write split and ref counts", 35,
+    Lesson("02_cow_split", "Copy-on-write split and ref counts", 39,
            "_split as a CoW fork, ref=2 on the shared node, exercise: the teaching tree's split, SGLang's direction, "
-           "the wrong-order bug (Q3), ref vs lock_ref; Going further: why clone, optional exercise: SGLang's "
-           "_split_node", "tree lesson"),
+           "the wrong-order bug (Q3), ref vs lock_ref (req.last_node and its lock); Going further: how ref moves, "
+           "why clone, optional exercise: SGLang's _split_node", "tree lesson"),
     Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 30,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
            "probe, granularity, when to use which; Going further: probe-down's worst case, the flat table vs the "

@@ -46,8 +46,8 @@ def replay(tree: RadixTree | RadixCache, ops: Sequence[tuple], max_tokens: int =
            fmt: Callable[[list], str] | None = None) -> list[Step]:
     """Apply ``ops`` to ``tree`` in order (mutating it); return the drawing after each step.
 
-    Step 0 is the tree before any operation. Nodes created by a split are marked, and a match's
-    path is highlighted.
+    Step 0 is the tree before any operation. Nodes created by a split are marked, and the path of a match or an
+    insert is highlighted (for both trees).
     """
     if not isinstance(tree, (RadixTree, RadixCache)):
         raise TypeError(f"tree must be a RadixTree or a RadixCache, got {type(tree).__name__}")
@@ -94,7 +94,7 @@ def _apply(tree: RadixTree | RadixCache, op: tuple) -> tuple[str, list]:
             tree.insert(op[1], op[2] if len(op) > 2 else f"KV{list(op[1])}")
             return "", match_path(tree, op[1])
         prefix_len = tree.insert(op[1], op[2] if len(op) > 2 else None)
-        return f"prefix_len={prefix_len}", []
+        return f"prefix_len={prefix_len}", match_path(tree, op[1])  # read-only: access times stay as insert left them
     if name == "match":
         if isinstance(tree, RadixTree):
             hit_len, _ = tree.match_prefix(op[1])
