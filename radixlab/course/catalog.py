@@ -35,7 +35,7 @@ COURSE = [
            "probe, granularity, when to use which; Going further: the per-request cost, probe-down's worst case, the "
            "flat table vs the tree's branches (who shares what), vLLM's and SGLang's hash internals",
            "both"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 37,
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 47,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: page sizes compared, the scan against RadixCache, EAGLE bigrams",
            "engine lesson"),
