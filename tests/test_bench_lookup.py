@@ -55,7 +55,8 @@ def test_decision_table_quotes_this_runs_counts():
     hit_rows = {s: lookup.hit_tokens(lookup.branching_prompts(n_branches=8, shared=s)) for s in (8, 96)}
     table = lookup.decision_table(rows, hit_rows)
     lines = table.splitlines()
-    assert len(lines) == 7 and lines[0].startswith("situation")
+    assert len(lines) == 6 and lines[0].startswith("situation")
+    assert "the times decide" in lines[1], "untimed rows name no winner"
     long_ = rows[-1]
     assert f"2k: {long_.kept_probes} dict probes, 0 hashes vs 1 node, 2048 tokens compared" in table
     assert f"2k: {long_.probe_down_hashes} hashes of the whole prompt" in table
@@ -63,6 +64,20 @@ def test_decision_table_quotes_this_runs_counts():
     assert f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens" in table
     assert f"stem 96: {hit_rows[96]['hash']} vs {hit_rows[96]['radix']} hit tokens" in table
     assert hit_rows[96]['hash'] == hit_rows[96]['radix'], "a block-aligned stem loses nothing to blocks"
+
+
+def test_decision_tables_first_row_agrees_with_the_verdict():
+    rows = lookup.run([256, 512], repeats=0)
+    hit_rows = {s: lookup.hit_tokens(lookup.branching_prompts(n_branches=8, shared=s)) for s in (8, 96)}
+    for r in rows:
+        r.kept_s, r.radix_s = 5e-6, 2e-6
+    assert "radix tree: faster this run" in lookup.decision_table(rows, hit_rows).splitlines()[1]
+    assert "the radix match was faster" in lookup.verdict(rows)
+    for r in rows:
+        r.kept_s = 1e-6
+    assert "hash (kept): faster this run" in lookup.decision_table(rows, hit_rows).splitlines()[1]
+    rows[0].kept_s = 5e-6
+    assert "neither faster everywhere" in lookup.decision_table(rows, hit_rows).splitlines()[1]
 
 
 def test_break_even_is_where_hashing_once_pays_back():

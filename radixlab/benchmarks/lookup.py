@@ -249,15 +249,22 @@ def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]
 
     ``rows`` come from ``run`` (the longest prefix is quoted); ``hit_rows[stem]`` from
     ``hit_tokens(branching_prompts(shared=stem))`` for stems 8 and 96 (six whole blocks of 16). Only deterministic counts
-    appear here; the times that decide the first row are in ``format_times``.
+    appear here, except the first row's choice, which follows the same times as ``verdict`` (untimed rows:
+    "the times decide"). Who shares what (a table's rows point only up) is drawn in the notebook's "Going
+    further", so it is no row of this core table.
     """
     r = rows[-1]
     k = f"{r.prefix_len // 1024}k" if r.prefix_len >= 1024 else str(r.prefix_len)
+    timed = [x for x in rows if not (math.isnan(x.kept_s) or math.isnan(x.radix_s))]
+    faster = sum(x.kept_s < x.radix_s for x in timed)
+    first_choice = ("either: the times decide (kept/radix)" if not timed else
+                    "hash (kept): faster this run" if faster == len(timed) else
+                    "radix tree: faster this run" if faster == 0 else "either: neither faster everywhere")
     table = [
         ("situation", "measured in this notebook", "choose"),
         ("one lookup, hashes kept on the request",
          f"{k}: {r.kept_probes} dict probes, 0 hashes vs {r.radix_nodes_visited} node, "
-         f"{r.hit_tokens_radix} tokens compared", "either: the times decide (kept/radix)"),
+         f"{r.hit_tokens_radix} tokens compared", first_choice),
         ("each new request, once",
          f"{k}: {r.probe_down_hashes} hashes of the whole prompt, shared part included vs none",
          "radix tree (no hashing)"),
@@ -268,8 +275,6 @@ def decision_table(rows: Sequence[LookupRow], hit_rows: dict[int, dict[str, int]
          f"stem 96: {hit_rows[96]['hash']} vs {hit_rows[96]['radix']} hit tokens", "hash is enough"),
         ("prompts branching mid-block",
          f"stem 8: {hit_rows[8]['hash']} vs {hit_rows[8]['radix']} hit tokens", "radix tree (page_size 1)"),
-        ("who shares what: split, lock, evict",
-         "table: flat rows, parent pointers up, ref counts; tree: children, leaves", "radix tree"),
     ]
     widths = [max(len(row[i]) for row in table) for i in range(3)]
     return "\n".join(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)

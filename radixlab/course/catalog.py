@@ -30,12 +30,12 @@ COURSE = [
            "_split as a CoW fork, ref=2 on the shared node, exercise: the teaching tree's split, SGLang's direction, "
            "the wrong-order bug (Q3), ref vs lock_ref (req.last_node and its lock); Going further: how ref moves, "
            "why clone, optional exercise: SGLang's _split_node", "tree lesson"),
-    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 30,
+    Lesson("03_hash_vs_radix", "Hash chains vs the radix tree", 32,
            "chained block hashes, lookup cost 1k–32k (re-hashing, vLLM's kept hashes, radix), exercise: the kept-hash "
-           "probe, granularity, when to use which; Going further: probe-down's worst case, the flat table vs the "
-           "tree's branches, vLLM's and SGLang's hash internals",
+           "probe, granularity, when to use which; Going further: the per-request cost, probe-down's worst case, the "
+           "flat table vs the tree's branches (who shares what), vLLM's and SGLang's hash internals",
            "both"),
-    Lesson("04_pages_and_namespaces", "Pages and namespaces", 37,
+    Lesson("04_pages_and_namespaces", "Pages and namespaces", 47,
            "page alignment, exercises: longest_cached_prefix and its shorter-query test, extra_key namespaces (Q2), "
            "PagedAttention (Q1); Going further: page sizes compared, the scan against RadixCache, EAGLE bigrams",
            "engine lesson"),
