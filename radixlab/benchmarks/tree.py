@@ -117,7 +117,7 @@ def run(prompts: int = 100, turns: int = 50, ops: int = 1000, evict_reps: int = 
 
 
 def load_record(path: str | Path | None = None) -> dict:
-    """The saved record notebook 11 reads (``bench tree --save`` writes it)."""
+    """The saved record: a quiet machine's full run with the 100,000-node tree (``bench tree --big --save`` writes it)."""
     return json.loads(Path(path or RECORD).read_text())
 
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--thread-calls", type=int, default=1000, help="matches per thread in the GIL test")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write the record here")
-    ap.add_argument("--save", action="store_true", help=f"write the record notebook 11 reads ({RECORD.name})")
+    ap.add_argument("--save", action="store_true", help=f"write the saved record ({RECORD.name}; run it with --big on a quiet machine)")
     args = ap.parse_args(argv)
     for name in ("prompts", "turns", "ops", "evict_reps", "growth_ops", "thread_calls"):
         if getattr(args, name) < 1:
